@@ -1,0 +1,193 @@
+"""Markdown-aware chunking with exact character offsets.
+
+A page is cut at its top-level headings first (ATX and setext, found by ``markdown-it-py`` so that
+``#`` lines inside code blocks are not headings), then any section longer than ``max_tokens`` (tiktoken
+``cl100k_base``) is split by ``semchunk`` (paragraph → sentence → word). YAML frontmatter is not
+indexed. Each passage keeps ``start``/``end`` offsets into the file's text exactly as
+``path.read_bytes().decode("utf-8")`` gives it (no newline translation; a BOM is character 0), so that
+``text == file_text[start:end]`` always holds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import semchunk
+import yaml
+from markdown_it import MarkdownIt
+
+from .errors import WikiragError
+
+ENCODING_NAME = "cl100k_base"
+_FRONTMATTER_OPEN = re.compile(r"\ufeff?---[ \t]*(?:\r\n|\r|\n)")
+_FRONTMATTER_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n|$)", re.MULTILINE)
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the same line breaks markdown-it counts
+_INLINE_TAG = re.compile(r"(?<![\w/#&])#([A-Za-z_][\w/-]*|\d+[A-Za-z_/-][\w/-]*)")
+_FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One passage of a markdown file; ``text`` is exactly ``file_text[start:end]``."""
+
+    path: str
+    start: int
+    end: int
+    line: int
+    heading: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """A parsed markdown file: where its body starts, its frontmatter and its tags."""
+
+    body_start: int
+    frontmatter: dict[str, Any]
+    tags: frozenset[str]
+
+
+def _tiktoken_dir() -> str | None:
+    """litellm ships tiktoken's BPE files; find them without importing litellm (slow)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return str(folder) if folder.is_dir() else None
+
+
+@functools.lru_cache(maxsize=1)
+def encoding():
+    """The ``cl100k_base`` tiktoken encoding, loaded offline from litellm's copy of the BPE file."""
+    import tiktoken
+
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        folder = _tiktoken_dir()
+        if folder:
+            os.environ["TIKTOKEN_CACHE_DIR"] = folder
+    try:
+        return tiktoken.get_encoding(ENCODING_NAME)
+    except Exception as exc:  # noqa: BLE001 - tiktoken raises plain exceptions when it cannot fetch the file
+        raise WikiragError(
+            f"cannot load the tiktoken encoding {ENCODING_NAME} ({exc}). Install litellm, which ships "
+            "the file, or point TIKTOKEN_CACHE_DIR at a folder holding it."
+        ) from None
+
+
+def count_tokens(text: str) -> int:
+    """Number of ``cl100k_base`` tokens in ``text`` (special-token strings count as plain text)."""
+    return len(encoding().encode_ordinary(text))
+
+
+@functools.lru_cache(maxsize=1)
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark")
+    # only block structure is needed: skip inline parsing, which is most of the cost
+    md.core.ruler.disable(["inline", "text_join"])
+    # a heading inside a list, quote or table does not start a section; skipping them halves the time
+    md.block.ruler.disable(["list", "blockquote", "table", "reference"])
+    return md
+
+
+def parse_page(text: str) -> Page:
+    """Find the frontmatter (if any) and the page's tags (frontmatter ``tags`` and inline ``#tags``)."""
+    body_start, front = 0, {}
+    opening = _FRONTMATTER_OPEN.match(text)
+    if opening:
+        closing = _FRONTMATTER_CLOSE.search(text, opening.end())
+        if closing:
+            body_start = closing.end()
+            try:
+                loaded = yaml.safe_load(text[opening.end():closing.start()])
+            except yaml.YAMLError:
+                loaded = None  # a broken frontmatter is still frontmatter: not indexed, no tags
+            front = loaded if isinstance(loaded, dict) else {}
+    tags: set[str] = set()
+    raw = front.get("tags") or front.get("tag") or []
+    if isinstance(raw, str):
+        raw = re.split(r"[,\s]+", raw)
+    if isinstance(raw, list):
+        tags.update(normalize_tag(str(tag)) for tag in raw if tag)
+    body = _FENCE.sub("", text[body_start:])
+    tags.update(normalize_tag(match) for match in _INLINE_TAG.findall(body))
+    tags.discard("")
+    return Page(body_start, front, frozenset(tags))
+
+
+def normalize_tag(tag: str) -> str:
+    """``'#Wiki/Topic'`` → ``'wiki/topic'``."""
+    return tag.strip().lstrip("#").strip("/").lower()
+
+
+def tag_matches(page_tags: frozenset[str], wanted: list[str]) -> bool:
+    """True when a page tag equals a wanted tag or is nested below it (``wiki/topic/sub``)."""
+    for want in map(normalize_tag, wanted):
+        if any(tag == want or tag.startswith(want + "/") for tag in page_tags):
+            return True
+    return False
+
+
+def _sections(text: str, body_start: int) -> list[tuple[int, int, str]]:
+    """Split the body at headings: a list of ``(start, end, heading path)`` in file offsets."""
+    body = text[body_start:]
+    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(body)]
+    # markdown-it would not see a heading behind a BOM; a space keeps lengths and lines the same
+    parsed = body.replace("\ufeff", " ", 1) if body.startswith("\ufeff") else body
+    tokens = _markdown().parse(parsed)
+    cuts: list[tuple[int, int, str]] = []  # (offset in body, level, title)
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and token.map:
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            cuts.append((line_starts[token.map[0]], int(token.tag[1]), title))
+    sections: list[tuple[int, int, str]] = []
+    stack: list[tuple[int, str]] = []
+    previous, path = 0, ""
+    for offset, level, title in cuts:
+        if offset > previous:
+            sections.append((body_start + previous, body_start + offset, path))
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        path = " > ".join(t for _, t in stack if t)
+        previous = offset
+    sections.append((body_start + previous, len(text), path))
+    return sections
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink ``[start, end)`` so the span neither starts nor ends with whitespace."""
+    span = text[start:end]
+    lead = len(span) - len(span.lstrip())
+    trail = len(span) - len(span.rstrip())
+    return start + lead, max(start + lead, end - trail)
+
+
+def chunk_markdown(text: str, path: str, max_tokens: int = 512, min_chars: int = 40,
+                   page: Page | None = None) -> list[Chunk]:
+    """Cut one file's text into passages (see the module docstring)."""
+    page = page or parse_page(text)
+    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    chunks: list[Chunk] = []
+    for sec_start, sec_end, heading in _sections(text, page.body_start):
+        spans: list[tuple[int, int]]
+        section = text[sec_start:sec_end]
+        # a token is at least one UTF-8 byte, so short sections need no counting
+        if len(section.encode("utf-8")) <= max_tokens or count_tokens(section) <= max_tokens:
+            spans = [(sec_start, sec_end)]
+        else:
+            _, offsets = semchunk.chunk(section, max_tokens, count_tokens, offsets=True)
+            spans = [(sec_start + s, sec_start + e) for s, e in offsets]
+        for raw_start, raw_end in spans:
+            start, end = _trimmed(text, raw_start, raw_end)
+            if end - start < max(min_chars, 1):
+                continue
+            line = bisect.bisect_right(line_starts, start)
+            chunks.append(Chunk(path, start, end, line, heading, text[start:end]))
+    return chunks

@@ -1,0 +1,307 @@
+"""The ``wikirag`` command line: build, query, list, check.
+
+Results go to stdout, progress and errors to stderr. Exit codes: 0 success, 1 error (one clear line
+per problem, no traceback), 2 usage error. The library raises :class:`WikiragError`; only this module
+turns it into an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import click
+
+from . import __version__
+from . import index as index_mod
+from .access import CLEARANCE_ENV, LEVEL_NAMES, Level
+from .config import read_yaml
+from .errors import ManifestError, WikiragError
+from .search import search
+from .wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
+from .workspace import HOME_ENV, Workspace
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Group(click.Group):
+    """Turns library errors into ``Error: …`` on stderr and exit 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except WikiragError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a bug: one line, the traceback only on request
+            if os.environ.get("WIKIRAG_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"internal error: {type(exc).__name__}: {exc} (set WIKIRAG_DEBUG=1 for the traceback)"
+            ) from None
+
+
+def _workspace(ctx: click.Context) -> Workspace:
+    return ctx.obj
+
+
+clearance_option = click.option(
+    "--clearance", type=click.Choice(LEVEL_NAMES), envvar=CLEARANCE_ENV, default="public", show_default=True,
+    help=f"Your clearance; you only see what is at or below it (env {CLEARANCE_ENV}).",
+)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.option("--home", type=click.Path(file_okay=False), envvar=HOME_ENV,
+              help=f"Workspace folder holding wikis/ and rags/ (env {HOME_ENV}; default: current folder).")
+@click.version_option(__version__, "--version", prog_name="wikirag")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """Answer questions from many small markdown wikis, with citations you can check.
+
+    Example: wikirag build --all && wikirag query public-help "how hot should the water be"
+    """
+    ctx.obj = Workspace.locate(home)
+
+
+# build -----------------------------------------------------------------------------------------
+
+def _source_for_manifest(source: str, folder: Path) -> str:
+    """Store SOURCE relative to the wiki folder when it is near it, else absolute (globs kept)."""
+    parts = Path(os.path.expanduser(source)).parts
+    magic = next((i for i, p in enumerate(parts) if GLOB_CHARS.search(p)), len(parts))
+    base = Path(*parts[:magic]) if magic else Path(".")
+    rest = "/".join(parts[magic:])
+    absolute = base.resolve()
+    if not absolute.is_dir():
+        raise click.UsageError(f"SOURCE {source}: folder {absolute} does not exist")
+    rel = os.path.relpath(absolute, folder.resolve()) if folder.exists() else None
+    stored = rel if rel is not None and not rel.startswith(".." + os.sep + "..") else str(absolute)
+    stored = Path(stored).as_posix()
+    return f"{stored}/{rest}" if rest else stored
+
+
+def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[str, ...],
+                     sensitivity: str | None, title: str | None) -> None:
+    folder = ws.wiki_folder(name)
+    path = folder / MANIFEST_NAME
+    if path.exists():
+        data, _ = read_yaml(path, ManifestError, "")
+    else:
+        if not sensitivity:
+            raise click.UsageError(
+                f"wiki '{name}' does not exist yet: give --sensitivity ({', '.join(LEVEL_NAMES)}) to create it"
+            )
+        data = {"name": name, "title": title or name.replace("-", " ").replace("_", " ").capitalize()}
+    folder.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        data["source"] = _source_for_manifest(source, folder)
+    if tags:
+        data["include_tags"] = list(tags)
+    if sensitivity:
+        data["sensitivity"] = sensitivity
+    if title:
+        data["title"] = title
+    try:
+        write_manifest(folder, data)
+    except ValueError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None and total >= 200 and not as_json:
+            bar = click.progressbar(length=total, label=f"{wiki.name}", file=sys.stderr)
+            bar.__enter__()
+        if bar is not None:
+            bar.update(done - bar.pos)
+
+    try:
+        report = index_mod.build(wiki, force=force, progress=progress)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if not as_json:
+        verb = "up to date" if report.state == "up to date" else f"built ({report.rechunked} file(s) chunked)"
+        click.echo(f"{wiki.name}: {verb}: {report.files} files, {report.chunks} chunks, "
+                   f"{len(report.skipped)} skipped, {report.seconds:.2f} s")
+        for skip in report.skipped:
+            click.echo(f"  skipped {skip.path}: {skip.reason}")
+    return {"wiki": wiki.name, "state": report.state, "files": report.files, "chunks": report.chunks,
+            "rechunked": report.rechunked, "seconds": round(report.seconds, 3), "build_id": report.build_id,
+            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped]}
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("source", required=False)
+@click.option("--tag", "tags", multiple=True, help="Index only files with this tag, e.g. '#wiki/Topic' (repeatable).")
+@click.option("--sensitivity", type=click.Choice(LEVEL_NAMES), help="The wiki's level (required to create one).")
+@click.option("--title", help="The wiki's title (when creating or updating its manifest).")
+@click.option("--all", "build_all", is_flag=True, help="Build every wiki of the workspace.")
+@click.option("--force", is_flag=True, help="Re-chunk every file, even unchanged ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build reports as JSON.")
+@click.pass_context
+def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json):
+    """Build (or update) the index of a wiki, or of every wiki with --all.
+
+    With SOURCE (a folder or glob of markdown elsewhere, e.g. an Obsidian vault), first create or
+    update wikis/NAME/.wiki.yaml to read from it. Builds are incremental and atomic: unchanged files
+    are not re-chunked, and a failed build leaves the previous index serving.
+
+    Example: wikirag build notes ~/vault --tag '#wiki/Topic' --sensitivity internal
+    """
+    ws = _workspace(ctx)
+    if build_all and (name or source):
+        raise click.UsageError("give either a wiki NAME or --all, not both")
+    if not build_all and not name:
+        raise click.UsageError("give a wiki NAME to build, or --all")
+    if name and (source is not None or tags or sensitivity or title):
+        _update_manifest(ws, name, source, tags, sensitivity, title)
+    names = ws.wiki_names() if build_all else [name]
+    if not names:
+        raise WikiragError(f"no wikis in {ws.wikis_dir}: create one with 'wikirag build NAME SOURCE --sensitivity LEVEL'")
+    reports, failures = [], []
+    for wiki_name in names:
+        try:
+            reports.append(_build_one(ws.wiki(wiki_name), force, as_json))
+        except WikiragError as exc:
+            if not build_all:
+                raise
+            failures.append(f"{wiki_name}: {exc}")
+            click.echo(f"Error: {exc}", err=True)
+    if as_json:
+        click.echo(json.dumps({"built": reports, "failed": failures}, indent=2, ensure_ascii=False))
+    if failures:
+        raise click.ClickException(f"{len(failures)} of {len(names)} wiki(s) failed to build (see above)")
+
+
+# query -----------------------------------------------------------------------------------------
+
+def _snippet(text: str, width: int = 240) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + " …"
+
+
+@cli.command()
+@click.argument("rag")
+@click.argument("question")
+@click.option("-k", type=click.IntRange(1, 200), default=None, help="Passages to return (default: the composition's k, else 5).")
+@click.option("--fusion", help="Fusion method to use instead of the composition's.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of passages.")
+@clearance_option
+@click.pass_context
+def query(ctx, rag, question, k, fusion, as_json, clearance):
+    """Search a composition (a name in rags/ or a YAML path) and print the best passages.
+
+    Each passage is cited as wiki/path:line with its heading path; --json adds exact character
+    offsets (start, end) into the source file, and each wiki's rank and score behind the fused score.
+
+    Example: wikirag query engineering "how do I page the on-call engineer" -k 3 --clearance internal
+    """
+    result = search(_workspace(ctx), rag, question, clearance=clearance, k=k, fusion=fusion)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        click.echo(json.dumps([p.to_dict() for p in result.passages], indent=2, ensure_ascii=False))
+    else:
+        for p in result.passages:
+            heading = f"  ({p.heading})" if p.heading else ""
+            click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}")
+            click.echo(textwrap.indent(textwrap.fill(_snippet(p.text), 96), "    "))
+    if result.hint:
+        click.echo(f"no results: {result.hint}", err=True)
+
+
+# list / check ----------------------------------------------------------------------------------
+
+@cli.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print wikis and compositions as JSON.")
+@clearance_option
+@click.pass_context
+def list_(ctx, as_json, clearance):
+    """List the wikis and compositions at or below your clearance, with index status.
+
+    Status is fresh, stale (sources changed since the build), missing (never built) or
+    incompatible (built by another version: rebuild).
+
+    Example: wikirag list --clearance internal --json
+    """
+    ws = _workspace(ctx)
+    level = Level.parse(clearance)
+    wikis, comps, hidden = [], [], 0
+    for name in ws.wiki_names():
+        try:
+            wiki = ws.wiki(name)
+        except WikiragError as exc:
+            click.echo(f"warning: {exc}", err=True)
+            continue
+        if wiki.level > level:
+            hidden += 1
+            continue
+        state = index_mod.status(wiki)
+        m = wiki.manifest
+        wikis.append({"name": name, "title": m.title, "description": m.description, "tags": m.tags,
+                      "sensitivity": str(wiki.level), "files": state.files, "chunks": state.chunks,
+                      "status": state.state, "built_at": state.built_at, "detail": state.detail})
+    for name in ws.composition_names():
+        try:
+            comp = ws.composition(name)
+        except WikiragError as exc:
+            click.echo(f"warning: {exc}", err=True)
+            continue
+        if comp.level > level:
+            hidden += 1
+            continue
+        comps.append({"name": name, "description": comp.spec.description, "sensitivity": str(comp.level),
+                      "wikis": [w.name for w in comp.wikis]})
+    if as_json:
+        click.echo(json.dumps({"wikis": wikis, "compositions": comps, "hidden": hidden}, indent=2, ensure_ascii=False))
+        return
+    click.echo("WIKIS")
+    for w in wikis:
+        click.echo(f"  {w['name']:<24} {w['sensitivity']:<13} {w['files']:>5} files {w['chunks']:>6} chunks  "
+                   f"{w['status']:<8} {w['title']}")
+    click.echo("COMPOSITIONS")
+    for c in comps:
+        click.echo(f"  {c['name']:<24} {c['sensitivity']:<13} {', '.join(c['wikis'])}")
+    if hidden:
+        click.echo(f"({hidden} wiki(s) or composition(s) above clearance {level} not shown)", err=True)
+
+
+@cli.command()
+@click.pass_context
+def check(ctx):
+    """Validate every wiki manifest and composition; list every problem, exit 1 if any.
+
+    Indexes that are missing or stale are noted on stderr but do not fail the check.
+
+    Example: wikirag check && echo all good
+    """
+    ws = _workspace(ctx)
+    problems = ws.check()
+    for name in ws.wiki_names():
+        try:
+            state = index_mod.status(ws.wiki(name))
+        except WikiragError:
+            continue
+        if state.state != "fresh":
+            click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
+    if problems:
+        for problem in problems:
+            click.echo(problem, err=True)
+        raise click.ClickException(f"{len(problems)} problem(s) found")
+    click.echo(f"ok: {len(ws.wiki_names())} wikis, {len(ws.composition_names())} compositions")
+
+
+def main() -> None:
+    cli(prog_name="wikirag")

@@ -1,0 +1,165 @@
+"""Compositions ("RAGs"): a YAML list of wikis in ``rags/<name>.yaml``, queried together.
+
+```yaml
+name: engineering          # optional; if given, equal to the file name without .yaml
+description: What engineers ask about
+sensitivity: internal      # the ceiling: every listed wiki must be at or below it
+wikis: [engineering-handbook, wikirag-guide]
+k: 5                       # optional: passages returned (default 5)
+weights: {wikirag-guide: 0.5}   # optional: per-wiki weight in fusion (default 1)
+fusion: rrf                # optional: a fusion method name (default: the library default)
+```
+
+Loading checks that every wiki exists and sits at or below the composition's level; violations are
+errors naming the file, the line, the wiki and both levels. Adding a wiki is one line and re-indexes
+nothing: each wiki keeps its own index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator, model_validator
+
+from . import fusion
+from .access import Level
+from .config import StrictModel, read_yaml, validate
+from .errors import CompositionError, ManifestError, NotFound, QueryError
+from .wiki import LEVEL_HELP, LevelField, Wiki, check_slug
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
+
+DEFAULT_K = 5
+MAX_K = 200
+
+
+class CompositionSpec(StrictModel):
+    """The contents of ``rags/<name>.yaml``."""
+
+    name: str | None = Field(None, description="the composition's slug, equal to the file name")
+    description: str = Field("", description="one sentence on what the composition answers")
+    sensitivity: LevelField = Field(description=f"the composition's ceiling, {LEVEL_HELP}")
+    wikis: list[str] = Field(min_length=1, description="a list of wiki names, e.g. 'wikis: [handbook]'")
+    k: int | None = Field(None, ge=1, le=MAX_K, description=f"passages to return, 1–{MAX_K}")
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="per-wiki fusion weights > 0, e.g. 'weights: {handbook: 2}'"
+    )
+    fusion: str | None = Field(None, description="a fusion method: " + ", ".join(sorted(fusion.FUSIONS)))
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str | None) -> str | None:
+        return None if value is None else check_slug(value)
+
+    @field_validator("wikis")
+    @classmethod
+    def _wikis(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_slug(name, "wiki name")
+        duplicates = sorted({name for name in value if value.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"wiki(s) listed twice: {', '.join(duplicates)}: list each wiki once")
+        return value
+
+    @field_validator("fusion")
+    @classmethod
+    def _fusion(cls, value: str | None) -> str | None:
+        if value is not None and value not in fusion.FUSIONS:
+            raise ValueError(f"unknown fusion '{value}': use one of {', '.join(sorted(fusion.FUSIONS))}")
+        return value
+
+    @model_validator(mode="after")
+    def _weights(self) -> CompositionSpec:
+        for name, weight in self.weights.items():
+            if name not in self.wikis:
+                raise ValueError(f"weights names '{name}', which is not in 'wikis': remove it or add the wiki")
+            if not 0 < weight <= 1000:
+                raise ValueError(f"weight of '{name}' is {weight}: use a number above 0 (1 is neutral)")
+        return self
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A loaded composition: its spec and the wikis it lists (all at or below its level)."""
+
+    name: str
+    path: Path | None
+    spec: CompositionSpec
+    wikis: tuple[Wiki, ...]
+
+    @property
+    def level(self) -> Level:
+        return self.spec.sensitivity
+
+    @property
+    def k(self) -> int:
+        return self.spec.k or DEFAULT_K
+
+    def weight(self, wiki: str) -> float:
+        return self.spec.weights.get(wiki, 1.0)
+
+    @property
+    def fusion(self) -> fusion.FusionMethod:
+        return fusion.get(self.spec.fusion)
+
+
+def parse(path: Path) -> tuple[str, CompositionSpec, dict]:
+    """Read and validate ``path`` without looking up its wikis: ``(name, spec, key lines)``."""
+    hint = "Create it, or run 'wikirag list' to see the compositions there are."
+    data, lines = read_yaml(path, CompositionError, hint)
+    spec = validate(CompositionSpec, data, path, lines, CompositionError)
+    if spec.name is not None and spec.name != path.stem:
+        raise CompositionError(
+            f"{path}:{lines.get(('name',), 1)}: name '{spec.name}' differs from the file name "
+            f"'{path.stem}': set 'name: {path.stem}' or rename the file"
+        )
+    return spec.name or path.stem, spec, lines
+
+
+def resolve(name: str, path: Path | None, spec: CompositionSpec, workspace: Workspace,
+            lines: dict | None = None) -> Composition:
+    """Look up the spec's wikis (their manifests as they are now) and check each is at or below the
+    composition's level."""
+    problems: list[str] = []
+    wikis: list[Wiki] = []
+    ceiling = spec.sensitivity
+
+    def at(i: int) -> str:
+        where = str(path) if path else f"composition '{name}'"
+        line = (lines or {}).get(("wikis", i))
+        return f"{where}:{line}" if line else where
+
+    for i, wiki_name in enumerate(spec.wikis):
+        try:
+            wiki = workspace.wiki(wiki_name)
+        except NotFound:
+            visible = [w for w in workspace.wiki_names() if workspace.level_of(w) <= ceiling]
+            problems.append(f"{at(i)}: unknown wiki '{wiki_name}': available: {', '.join(visible) or 'none'}")
+            continue
+        except ManifestError as exc:
+            problems.append(f"{at(i)}: wiki '{wiki_name}' cannot be loaded: {exc}")
+            continue
+        if wiki.manifest.sensitivity > ceiling:
+            problems.append(
+                f"{at(i)}: wiki '{wiki_name}' is {wiki.level}, above the composition's sensitivity "
+                f"{ceiling}: remove it or raise 'sensitivity' to {wiki.level}"
+            )
+            continue
+        wikis.append(wiki)
+    if problems:
+        raise CompositionError("\n".join(problems))
+    return Composition(name, path, spec, tuple(wikis))
+
+
+def adhoc(workspace: Workspace, wiki_names: list[str], clearance: Level | str, *,
+          k: int | None = None, fusion_name: str | None = None) -> Composition:
+    """A composition made on the spot from wikis the caller may see (its level is the caller's)."""
+    level = Level.parse(clearance)
+    try:
+        spec = CompositionSpec(sensitivity=level, wikis=wiki_names, k=k, fusion=fusion_name)
+    except ValueError as exc:
+        raise QueryError(f"cannot compose {wiki_names}: {exc}") from None
+    return resolve("ad-hoc", None, spec, workspace)

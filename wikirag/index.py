@@ -1,0 +1,391 @@
+"""A wiki's index on disk: incremental, atomic builds; loading; and fresh/stale status.
+
+Layout of ``wikis/<name>/.index/``::
+
+    CURRENT              the id of the build that serves (replaced atomically with os.replace)
+    lock                 held by a running build (flock), so two builds of one wiki never overlap
+    builds/<id>/         a finished build: manifest.json, chunks.jsonl, bm25/ (bm25s files)
+    tmp-<id>/            a build in progress; removed when it fails, swept by the next build if killed
+
+A build writes a complete new folder, fsyncs it, renames it into ``builds/`` and only then points
+``CURRENT`` at it, so a build that fails or is killed at any point leaves the previous index serving.
+The previous build is kept until the next one, so a reader that has just read ``CURRENT`` never finds
+its folder gone. ``manifest.json`` records the format version, the wikirag and bm25s versions, the
+tokenizer, BM25 and chunking settings, every source file's sha256, size, mtime and chunk count, and a
+sha256 of every index file, checked on load so a damaged index is refused, never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bm25s
+
+from . import __version__
+from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
+from .chunking import ENCODING_NAME, Chunk, chunk_markdown, parse_page, tag_matches
+from .errors import BuildError, IndexMissing
+from .sources import Skipped, decode, discover
+from .wiki import Wiki
+
+FORMAT_VERSION = 1
+Progress = Callable[[int, int], None]
+# bumped by every build of this process, so in-process readers notice a swap at once
+build_generation = 0
+
+try:  # POSIX; on other systems two simultaneous builds of one wiki are not prevented
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build did. ``state`` is ``"built"`` or ``"up to date"`` (nothing written)."""
+
+    wiki: str
+    state: str
+    files: int
+    chunks: int
+    rechunked: int
+    skipped: list[Skipped]
+    seconds: float
+    build_id: str
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """``state``: ``fresh``, ``stale`` (sources changed since the build), ``missing`` or ``incompatible``."""
+
+    state: str
+    detail: str = ""
+    build_id: str | None = None
+    built_at: str | None = None
+    files: int = 0
+    chunks: int = 0
+    changed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LoadedIndex:
+    """A wiki's index in memory. Read-only: one instance is shared by every thread of a process."""
+
+    wiki: str
+    build_id: str
+    manifest: dict
+    chunks: list[Chunk]
+    bm25: BM25Layer
+
+
+def _settings(wiki: Wiki) -> dict:
+    m = wiki.manifest
+    return {
+        "chunking": {**m.chunking.model_dump(), "encoding": ENCODING_NAME},
+        "tokenizer": TOKENIZER,
+        "bm25": BM25_PARAMS,
+        "source": str(wiki.source_spec().root),
+        "pattern": wiki.source_spec().pattern,
+        "include_tags": m.include_tags,
+        "exclude": m.exclude,
+        "meta_files": m.meta_files,
+    }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def current_build_id(wiki: Wiki) -> str | None:
+    """The id of the build that serves, or None if the wiki was never built."""
+    try:
+        return (wiki.index_dir / "CURRENT").read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _read_manifest(wiki: Wiki, build_id: str) -> dict:
+    path = wiki.index_dir / "builds" / build_id / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexMissing(
+            f"the index of wiki '{wiki.name}' is damaged ({path.name}: {exc}): "
+            f"rebuild it with 'wikirag build {wiki.name}'"
+        ) from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise IndexMissing(
+            f"the index of wiki '{wiki.name}' was built by wikirag {manifest.get('wikirag_version')} "
+            f"in another format: rebuild it with 'wikirag build {wiki.name}'"
+        )
+    return manifest
+
+
+def _read_chunks(path: Path) -> list[Chunk]:
+    with path.open(encoding="utf-8") as fh:
+        return [Chunk(**json.loads(line)) for line in fh]
+
+
+def load(wiki: Wiki) -> LoadedIndex:
+    """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none."""
+    for attempt in range(3):  # a concurrent build may swap CURRENT between our reads: read again
+        build_id = current_build_id(wiki)
+        if build_id is None:
+            raise IndexMissing(f"wiki '{wiki.name}' has no index yet: run 'wikirag build {wiki.name}'")
+        folder = wiki.index_dir / "builds" / build_id
+        try:
+            manifest = _read_manifest(wiki, build_id)
+            for name, digest in manifest["checksums"].items():
+                if _sha256((folder / name).read_bytes()) != digest:
+                    raise IndexMissing(
+                        f"the index of wiki '{wiki.name}' is damaged ({name} does not match its "
+                        f"checksum): rebuild it with 'wikirag build {wiki.name}'"
+                    )
+            return LoadedIndex(wiki.name, build_id, manifest, _read_chunks(folder / "chunks.jsonl"),
+                               BM25Layer.load(folder / "bm25"))
+        except (FileNotFoundError, IndexMissing):
+            if attempt < 2 and current_build_id(wiki) != build_id:
+                continue
+            if not folder.exists():
+                raise IndexMissing(
+                    f"the index of wiki '{wiki.name}' is damaged (build {build_id} is missing): "
+                    f"rebuild it with 'wikirag build {wiki.name}'"
+                ) from None
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _build_lock(wiki: Wiki) -> Iterator[None]:
+    wiki.index_dir.mkdir(parents=True, exist_ok=True)
+    with open(wiki.index_dir / "lock", "a+") as fh:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BuildError(
+                    f"another build of wiki '{wiki.name}' is running: wait for it to finish"
+                ) from None
+        yield
+
+
+def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk]]]:
+    """The serving build's id, manifest and chunks by path; nothing usable → ``(id, None, {})``."""
+    build_id = current_build_id(wiki)
+    if build_id is None:
+        return None, None, {}
+    try:
+        manifest = _read_manifest(wiki, build_id)
+        chunks = _read_chunks(wiki.index_dir / "builds" / build_id / "chunks.jsonl")
+    except (OSError, ValueError, TypeError, IndexMissing):
+        return build_id, None, {}  # damaged or foreign: rebuild everything
+    by_path: dict[str, list[Chunk]] = {}
+    for chunk in chunks:
+        by_path.setdefault(chunk.path, []).append(chunk)
+    return build_id, manifest, by_path
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], manifest: dict) -> None:
+    texts = [f"{c.heading}\n{c.text}" if c.heading else c.text for c in chunks]
+    BM25Layer.build(tokenize(texts), folder / "bm25")
+    with (folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
+        for c in chunks:
+            fh.write(json.dumps({"path": c.path, "start": c.start, "end": c.end, "line": c.line,
+                                 "heading": c.heading, "text": c.text}, ensure_ascii=False) + "\n")
+    manifest["checksums"] = {
+        p.relative_to(folder).as_posix(): _sha256(p.read_bytes())
+        for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+    _fsync_tree(folder)
+
+
+def _sweep(wiki: Wiki, keep: set[str]) -> None:
+    """Remove builds other than ``keep`` and leftovers of killed builds (we hold the build lock)."""
+    for path in wiki.index_dir.glob("tmp-*"):
+        shutil.rmtree(path, ignore_errors=True)
+    builds = wiki.index_dir / "builds"
+    if builds.is_dir():
+        for path in builds.iterdir():
+            if path.name not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) -> BuildReport:
+    """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
+
+    Raises :class:`BuildError` (the previous index still serves) when the wiki has nothing to index,
+    another build of it is running, or the index cannot be written.
+    """
+    started = time.perf_counter()
+    with _build_lock(wiki):
+        prev_id, prev, prev_chunks = _previous(wiki)
+        settings = _settings(wiki)
+        found = discover(wiki)
+        if not found.root.is_dir():
+            raise BuildError(
+                f"wiki '{wiki.name}': source folder {found.root} does not exist: "
+                f"fix 'source:' in {wiki.manifest_path}"
+            )
+        reuse = prev is not None and not force and prev["settings"]["chunking"] == settings["chunking"]
+        prev_files: dict = prev["files"] if reuse and prev is not None else {}
+        records: dict[str, dict] = {}
+        by_path: dict[str, list[Chunk]] = {}
+        skipped = list(found.skipped)
+        rechunked = 0
+        total = len(found.files)
+        for i, src in enumerate(found.files):
+            if progress is not None:
+                progress(i, total)
+            old = prev_files.get(src.path)
+            if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
+                records[src.path], by_path[src.path] = old, prev_chunks.get(src.path, [])
+            else:
+                try:
+                    data = src.abspath.read_bytes()
+                except OSError as exc:
+                    skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
+                    continue
+                digest = _sha256(data)
+                if old is not None and old["sha256"] == digest:
+                    records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
+                    by_path[src.path] = prev_chunks.get(src.path, [])
+                else:
+                    reason, chunks = _chunk_file(wiki, src.path, data)
+                    rechunked += 1
+                    records[src.path] = {"sha256": digest, "size": src.size, "mtime_ns": src.mtime_ns,
+                                         "chunks": len(chunks), "skipped": reason}
+                    by_path[src.path] = chunks
+            if records[src.path]["skipped"]:
+                skipped.append(Skipped(src.path, records[src.path]["skipped"]))
+        if progress is not None:
+            progress(total, total)
+        chunks = [c for path in sorted(by_path) for c in by_path[path]]
+        files = sum(1 for r in records.values() if r["chunks"])
+        if not chunks:
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
+            raise BuildError(
+                f"wiki '{wiki.name}' has nothing to index: {total} markdown file(s) under {found.root}"
+                + (f" ({reasons})" if reasons else "")
+                + ". Add markdown pages or fix 'source:'/'include_tags:' in " + str(wiki.manifest_path)
+            )
+        unchanged = (prev is not None and not force and prev["settings"] == settings
+                     and {p: r["sha256"] for p, r in prev["files"].items()}
+                     == {p: r["sha256"] for p, r in records.items()})
+        if unchanged:
+            assert prev_id is not None
+            return BuildReport(wiki.name, "up to date", files, len(chunks), 0, skipped,
+                               time.perf_counter() - started, prev_id)
+        build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        tmp = wiki.index_dir / f"tmp-{build_id}"
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "wikirag_version": __version__,
+            "bm25s_version": bm25s.__version__,
+            "wiki": wiki.name,
+            "sensitivity": str(wiki.level),
+            "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "settings": settings,
+            "chunks": len(chunks),
+            "files": records,
+        }
+        try:
+            tmp.mkdir()
+            _write_build(wiki, tmp, chunks, manifest)
+            (wiki.index_dir / "builds").mkdir(exist_ok=True)
+            os.rename(tmp, wiki.index_dir / "builds" / build_id)
+            _fsync_dir(wiki.index_dir / "builds")
+            pointer = wiki.index_dir / f"CURRENT.{build_id}"
+            pointer.write_text(build_id + "\n", encoding="utf-8")
+            with open(pointer, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(pointer, wiki.index_dir / "CURRENT")
+            _fsync_dir(wiki.index_dir)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (wiki.index_dir / f"CURRENT.{build_id}").unlink()
+            raise BuildError(
+                f"could not write the index of wiki '{wiki.name}' ({exc.strerror or exc}: "
+                f"{exc.filename or wiki.index_dir}); the previous index still serves"
+            ) from None
+        global build_generation
+        build_generation += 1
+        _sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
+        return BuildReport(wiki.name, "built", files, len(chunks), rechunked, skipped,
+                           time.perf_counter() - started, build_id)
+
+
+def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Chunk]]:
+    """Chunk one file's bytes; return ``(reason it is skipped or None, chunks)``."""
+    text, reason = decode(data)
+    if text is None:
+        return reason, []
+    page = parse_page(text)
+    if wiki.manifest.include_tags and not tag_matches(page.tags, wiki.manifest.include_tags):
+        return "no matching tag (include_tags)", []
+    settings = wiki.manifest.chunking
+    chunks = chunk_markdown(text, path, settings.max_tokens, settings.min_chars, page=page)
+    if not chunks:
+        return f"no passage of {settings.min_chars}+ characters (empty or too short)", []
+    return None, chunks
+
+
+def status(wiki: Wiki) -> IndexStatus:
+    """Compare the serving build with the sources now: ``fresh``, ``stale``, ``missing``, ``incompatible``."""
+    build_id = current_build_id(wiki)
+    if build_id is None:
+        return IndexStatus("missing", f"never built: run 'wikirag build {wiki.name}'")
+    try:
+        manifest = _read_manifest(wiki, build_id)
+    except IndexMissing as exc:
+        return IndexStatus("incompatible", str(exc), build_id)
+    recorded: dict[str, dict] = manifest["files"]
+    base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
+            "files": sum(1 for r in recorded.values() if r["chunks"])}
+    if manifest["settings"] != _settings(wiki):
+        return IndexStatus("stale", f"settings changed since the build: run 'wikirag build {wiki.name}'", **base)
+    changed: list[str] = []
+    found = discover(wiki)
+    for src in found.files:
+        old = recorded.get(src.path)
+        if old is None:
+            changed.append(f"added {src.path}")
+        elif (old["size"], old["mtime_ns"]) != (src.size, src.mtime_ns):
+            try:
+                if _sha256(src.abspath.read_bytes()) != old["sha256"]:
+                    changed.append(f"modified {src.path}")
+            except OSError:
+                changed.append(f"unreadable {src.path}")
+    present = {src.path for src in found.files}
+    changed += [f"removed {path}" for path in recorded if path not in present]
+    if changed:
+        return IndexStatus("stale", f"{len(changed)} file(s) changed since the build: "
+                           f"run 'wikirag build {wiki.name}'", changed=changed, **base)
+    return IndexStatus("fresh", "", **base)

@@ -1,0 +1,194 @@
+"""Query a composition: search each wiki on its own, fuse, cut to the top ``k``.
+
+Every entry point takes the caller's clearance. The composition is refused if it is above it, and each
+wiki is checked again at retrieval time (its level read from ``.wiki.yaml`` as it is now, not from the
+index), so no passage above the clearance is returned even from a hand-edited composition.
+
+Indexes load once per process (:class:`IndexCache`) and are reloaded when a build swaps in a new one
+(one ``stat`` of ``CURRENT`` per wiki per query notices it). The loaded BM25 layers of a composition are
+merged in memory once (:class:`~wikirag.bm25.MergedBM25`) so a query scores all its wikis in one pass;
+each wiki still ranks with its own statistics and contributes its own top-N list to the fusion.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import fusion as fusion_mod
+from . import index as index_mod
+from .access import Level, require
+from .bm25 import MergedBM25, tokenize
+from .composition import Composition
+from .errors import IndexMissing, QueryError
+from .fusion import Candidates, Contribution
+from .index import LoadedIndex
+from .wiki import Wiki
+from .workspace import Workspace
+
+MAX_K = 200
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One result: where it is (wiki, path, exact offsets, line, heading), its text and why it ranks."""
+
+    rank: int
+    wiki: str
+    path: str
+    start: int
+    end: int
+    line: int
+    heading: str
+    score: float
+    text: str
+    contributions: tuple[Contribution, ...] = ()
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["contributions"] = [asdict(c) for c in self.contributions]
+        return data
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The passages of a query, best first, with warnings (stale or missing indexes) and a hint."""
+
+    question: str
+    composition: str
+    passages: list[Passage]
+    warnings: list[str] = field(default_factory=list)
+    hint: str | None = None
+    seconds: float = 0.0
+
+
+class Composed:
+    """The loaded indexes of one query's wikis, with their BM25 layers merged (built once, cached)."""
+
+    def __init__(self, indexes: list[LoadedIndex]):
+        self.names = tuple(idx.wiki for idx in indexes)
+        self.chunks = {idx.wiki: idx.chunks for idx in indexes}
+        self.stats = tuple({"chunks": idx.bm25.num_docs} for idx in indexes)
+        self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
+
+
+class IndexCache:
+    """Loaded indexes (and merged views of them) shared by every query of a process. Thread-safe.
+
+    A build in this process is seen by the next query. A build by another process (``wikirag build``
+    while the app runs) is seen within ``recheck_seconds``: until then the previous, complete index
+    keeps serving. Checking ``CURRENT`` at most that often keeps the per-wiki cost of a query low.
+    """
+
+    def __init__(self, max_views: int = 32, recheck_seconds: float = 0.5) -> None:
+        # pointer path -> (CURRENT's stat, build generation, checked at, index, warnings)
+        self._entries: dict[str, tuple[tuple | None, int, float, LoadedIndex, list[str]]] = {}
+        self._views: OrderedDict[tuple, Composed] = OrderedDict()
+        self._max_views = max_views
+        self.recheck_seconds = recheck_seconds
+        self._lock = threading.RLock()
+
+    def get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
+        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing."""
+        pointer = wiki.current_pointer
+        entry = self._entries.get(pointer)
+        now = time.monotonic()
+        if (entry is not None and entry[1] == index_mod.build_generation
+                and now - entry[2] < self.recheck_seconds):
+            return entry[3], entry[4]
+        try:
+            st = os.stat(pointer)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = None
+        if entry is not None and key is not None and entry[0] == key:
+            self._entries[pointer] = (key, index_mod.build_generation, now, entry[3], entry[4])
+            return entry[3], entry[4]
+        with self._lock:
+            generation = index_mod.build_generation
+            loaded = index_mod.load(wiki)
+            state = index_mod.status(wiki)
+            warnings = [f"wiki '{wiki.name}' is stale ({state.detail})"] if state.state == "stale" else []
+            self._entries[pointer] = (key, generation, now, loaded, warnings)
+            return loaded, warnings
+
+    def merged(self, indexes: list[LoadedIndex]) -> Composed:
+        """The merged view of these exact builds (cached; a new build makes a new view)."""
+        key = tuple([idx.build_id for idx in indexes])
+        with self._lock:
+            view = self._views.get(key)
+            if view is None:
+                view = self._views[key] = Composed(indexes)
+                while len(self._views) > self._max_views:
+                    self._views.popitem(last=False)
+            else:
+                self._views.move_to_end(key)
+            return view
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._views.clear()
+
+
+DEFAULT_CACHE = IndexCache()
+
+
+def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,
+           clearance: Level | str, k: int | None = None, fusion: str | None = None,
+           cache: IndexCache | None = None) -> SearchResult:
+    """Search ``composition`` for ``question`` as a caller with ``clearance``.
+
+    Raises AccessDenied if the composition (or any of its wikis) is above the clearance,
+    CompositionError/NotFound for a bad composition, QueryError for a bad ``k`` or fusion, and
+    IndexMissing only when no wiki of the composition has an index (otherwise a warning).
+    """
+    started = time.perf_counter()
+    clearance = Level.parse(clearance)
+    # loading (or refreshing a given Composition) re-reads changed wiki manifests and re-checks levels
+    comp = workspace.composition(composition, clearance)
+    require(clearance, comp.level, f"composition '{comp.name}'")
+    k = comp.k if k is None else k
+    if not 1 <= k <= MAX_K:
+        raise QueryError(f"k must be between 1 and {MAX_K}, not {k}")
+    method = comp.fusion if fusion is None else fusion_mod.get(fusion)
+    cache = cache or DEFAULT_CACHE
+    indexes: list[LoadedIndex] = []
+    warnings: list[str] = []
+    for wiki in comp.wikis:
+        if wiki.level > clearance:  # defence in depth: resolving the composition checked this already
+            require(clearance, wiki.level, f"wiki '{wiki.name}'")
+        try:
+            loaded, index_warnings = cache.get(wiki)
+        except IndexMissing as exc:
+            warnings.append(str(exc))
+            continue
+        warnings += index_warnings
+        indexes.append(loaded)
+    if not indexes:
+        raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
+    tokens = tokenize([question])[0]
+    view = cache.merged(indexes)
+    hits = view.bm25.search(tokens, method.depth(k))
+    candidates = Candidates(
+        wikis=view.names, layers=("bm25",), stats=view.stats,
+        weights=np.array([comp.weight(name) for name in view.names], dtype=np.float64),
+        wiki=hits.wiki, layer=np.zeros(len(hits.wiki), dtype=np.int64), chunk=hits.chunk,
+        rank=hits.rank, score=hits.score.astype(np.float64),
+    )
+    passages = []
+    for rank, hit in enumerate(method.fuse(candidates, k), start=1):
+        c = view.chunks[hit.wiki][hit.id]
+        passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
+                                c.text, hit.contributions))
+    hint = None
+    if not passages:
+        hint = ("the question has only very common words (stopwords): add a specific term"
+                if not tokens else "no passage contains any of the question's terms: try other words")
+    return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started)

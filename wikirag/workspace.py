@@ -1,0 +1,194 @@
+"""The workspace: a folder holding ``wikis/`` and ``rags/``.
+
+Chosen by ``--home DIR``, else ``WIKIRAG_HOME``, else the current directory. Names given by users are
+checked as slugs before any path is built from them, so ``../x``, ``/etc`` or ``a/b`` never reach the
+file system.
+
+Wiki manifests are cached and re-read when the file changes. A change made through this process
+(``wikirag build NAME SOURCE …``) applies to the next query; a change made by another process (an
+editor, ``git pull``) applies to every query that starts more than ``recheck_seconds`` (default 0.5 s)
+after it — the same window as a query already running when the file changed. Checking each manifest
+at most that often keeps a composition of many wikis as fast to query as one wiki.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from . import composition as composition_mod
+from . import wiki as wiki_mod
+from .access import Level, require
+from .composition import Composition
+from .errors import NotFound, WikiragError
+from .wiki import MANIFEST_NAME, Wiki, check_slug
+
+HOME_ENV = "WIKIRAG_HOME"
+
+
+class Workspace:
+    """Wikis and compositions under one home folder. Safe to share between threads."""
+
+    def __init__(self, home: str | Path, recheck_seconds: float = 0.5):
+        self.home = Path(home).expanduser().resolve()
+        self.recheck_seconds = recheck_seconds
+        # name -> (manifest stat, wiki, manifest path, manifest generation, checked at)
+        self._wikis: dict[str, tuple[tuple[int, int, int], Wiki, str, int, float]] = {}
+        self._comp_paths: dict[str, Path] = {}
+        self._specs: dict[str, tuple[tuple[int, int, int], tuple]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def locate(cls, home: str | Path | None = None) -> Workspace:
+        """``home``, else ``$WIKIRAG_HOME``, else the current directory; it must be a folder."""
+        chosen = home or os.environ.get(HOME_ENV) or os.getcwd()
+        if not Path(chosen).expanduser().is_dir():
+            raise WikiragError(f"workspace {chosen} is not a folder: pass --home DIR or set {HOME_ENV}")
+        return cls(chosen)
+
+    @property
+    def wikis_dir(self) -> Path:
+        return self.home / "wikis"
+
+    @property
+    def rags_dir(self) -> Path:
+        return self.home / "rags"
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.home)!r})"
+
+    # wikis ------------------------------------------------------------------------------------
+
+    def wiki_names(self) -> list[str]:
+        """Names of the folders under ``wikis/`` (with or without a valid manifest), sorted."""
+        if not self.wikis_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.wikis_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def wiki_folder(self, name: str) -> Path:
+        """The folder of wiki ``name``; refuses names that are not slugs (path tricks)."""
+        try:
+            check_slug(name, "wiki name")
+        except ValueError as exc:
+            raise WikiragError(str(exc)) from None
+        return self.wikis_dir / name
+
+    def wiki(self, name: str) -> Wiki:
+        """Load wiki ``name`` (cached; re-read when its ``.wiki.yaml`` changes, see the module doc)."""
+        cached = self._wikis.get(name)
+        now = time.monotonic()
+        if cached is not None:  # a cached name has passed the slug check
+            key, wiki, manifest_path, generation, checked_at = cached
+            if generation == wiki_mod.manifest_generation and now - checked_at < self.recheck_seconds:
+                return wiki
+            try:
+                st = os.stat(manifest_path)
+                if key == (st.st_mtime_ns, st.st_size, st.st_ino):
+                    self._wikis[name] = (key, wiki, manifest_path, wiki_mod.manifest_generation, now)
+                    return wiki
+            except OSError:
+                pass
+        folder = self.wiki_folder(name)
+        manifest = folder / MANIFEST_NAME
+        generation = wiki_mod.manifest_generation
+        try:
+            st = manifest.stat()
+        except FileNotFoundError:
+            self._wikis.pop(name, None)
+            if folder.is_dir():
+                return Wiki.load(folder)  # raises ManifestError: the folder has no manifest
+            raise NotFound(
+                f"no wiki '{name}' in {self.wikis_dir}: available: {', '.join(self.wiki_names()) or 'none'}"
+            ) from None
+        try:
+            wiki = Wiki.load(folder)
+        except WikiragError:
+            self._wikis.pop(name, None)
+            raise
+        with self._lock:
+            self._wikis[name] = ((st.st_mtime_ns, st.st_size, st.st_ino), wiki, str(manifest), generation, now)
+        return wiki
+
+    def level_of(self, name: str) -> Level:
+        """A wiki's level, or ``restricted`` when its manifest cannot be read (fail closed)."""
+        try:
+            return self.wiki(name).level
+        except WikiragError:
+            return Level.RESTRICTED
+
+    # compositions -----------------------------------------------------------------------------
+
+    def composition_names(self) -> list[str]:
+        if not self.rags_dir.is_dir():
+            return []
+        return sorted(p.stem for p in self.rags_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+    def composition_path(self, ref: str | Path) -> Path:
+        """A composition name (``rags/<name>.yaml``) or a path to a YAML file."""
+        text = str(ref)
+        if isinstance(ref, Path) or "/" in text or os.sep in text or text.endswith((".yaml", ".yml")):
+            path = Path(text).expanduser()
+            if not path.is_file():
+                raise NotFound(f"composition file {path} does not exist")
+            return path
+        try:
+            check_slug(text, "composition name")
+        except ValueError as exc:
+            raise WikiragError(str(exc)) from None
+        for suffix in (".yaml", ".yml"):
+            if (self.rags_dir / f"{text}{suffix}").is_file():
+                return self.rags_dir / f"{text}{suffix}"
+        raise NotFound(
+            f"no composition '{text}' in {self.rags_dir}: available: "
+            f"{', '.join(self.composition_names()) or 'none'} (or give a path to a YAML file)"
+        )
+
+    def composition(self, ref: str | Path | Composition, clearance: Level | str | None = None) -> Composition:
+        """Load a composition by name or path, or refresh a loaded one.
+
+        Its wikis are looked up as their manifests are now and checked against its ceiling. With
+        ``clearance``, a composition above it raises AccessDenied before its wikis are looked up, so
+        the refusal reveals nothing about them.
+        """
+        if isinstance(ref, Composition):
+            name, path, spec, lines = ref.name, ref.path, ref.spec, {}
+        else:
+            path = self._comp_paths.get(str(ref)) or self.composition_path(ref)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                self._comp_paths.pop(str(ref), None)
+                raise NotFound(f"composition file {path} does not exist") from None
+            self._comp_paths[str(ref)] = path
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            cached = self._specs.get(str(path))
+            if cached is not None and cached[0] == key:
+                name, spec, lines = cached[1]
+            else:
+                name, spec, lines = composition_mod.parse(path)
+                with self._lock:
+                    self._specs[str(path)] = (key, (name, spec, lines))
+        if clearance is not None:
+            require(clearance, spec.sensitivity, f"composition '{name}'")
+        return composition_mod.resolve(name, path, spec, self, lines)
+
+    def adhoc(self, wiki_names: list[str], clearance: Level | str, **kwargs) -> Composition:
+        """A composition of the given wikis, made on the spot; see :func:`composition.adhoc`."""
+        return composition_mod.adhoc(self, wiki_names, clearance, **kwargs)
+
+    def check(self) -> list[str]:
+        """Validate every manifest and composition; return every problem found (empty: all good)."""
+        problems: list[str] = []
+        for name in self.wiki_names():
+            try:
+                self.wiki(name)
+            except WikiragError as exc:
+                problems.append(str(exc))
+        for name in self.composition_names():
+            try:
+                self.composition(name)
+            except WikiragError as exc:
+                problems.append(str(exc))
+        return problems
