@@ -1,0 +1,63 @@
+"""Shared fixtures: a fresh copy of the tiny fixture workspace per test, and a clean environment."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wikirag import Workspace
+from wikirag.search import DEFAULT_CACHE
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the developer's workspace or clearance."""
+    monkeypatch.delenv("WIKIRAG_HOME", raising=False)
+    monkeypatch.delenv("WIKIRAG_CLEARANCE", raising=False)
+    DEFAULT_CACHE.clear()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A copy of tests/fixtures/workspace: wikis alpha (public), beta (internal), gamma (confidential)."""
+    target = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "workspace", target)
+    return target
+
+
+@pytest.fixture
+def ws(home: Path) -> Workspace:
+    """Tests edit files as another process would; no recheck delay, so edits apply at once."""
+    return Workspace(home, recheck_seconds=0)
+
+
+@pytest.fixture
+def built(ws: Workspace) -> Workspace:
+    """The fixture workspace with every wiki indexed."""
+    from wikirag import build
+
+    for name in ws.wiki_names():
+        build(ws.wiki(name))
+    return ws
+
+
+def make_wiki(home: Path, name: str, files: dict[str, bytes | str], sensitivity: str = "public",
+              extra: str = "") -> Path:
+    """Write ``wikis/<name>/`` with a manifest and ``files`` (bytes are written as-is)."""
+    folder = home / "wikis" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".wiki.yaml").write_text(
+        f"name: {name}\ntitle: {name}\nsensitivity: {sensitivity}\n{extra}", encoding="utf-8"
+    )
+    for rel, content in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return folder

@@ -1,0 +1,63 @@
+"""The merged BM25 view gives every wiki exactly the ranking bm25s gives that wiki on its own."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+
+from wikirag import Workspace, build
+from wikirag import index as index_mod
+from wikirag.bm25 import MergedBM25, tokenize
+from wikirag.search import IndexCache
+
+from .conftest import make_wiki
+
+PAGES = {
+    "w1": ["Tomatoes need sun and deep watering.", "Compost heaps need turning and air.",
+           "Watering tomatoes daily is wasteful; water deeply.", "Peppers like warm soil and sun."],
+    "w2": ["Deploy to production before three.", "Rollback the deploy first, investigate later.",
+           "Production graphs show the deploy health."],
+    "w3": ["Sun, sun, sun: tomatoes and peppers in the greenhouse.", "Nothing relevant here at all."],
+}
+
+
+@pytest.fixture
+def three(home) -> Workspace:
+    for name, texts in PAGES.items():
+        make_wiki(home, name, {f"p{i}.md": f"# Page {i}\n\n{t}\n" for i, t in enumerate(texts)},
+                  extra="chunking: {min_chars: 5}\n")
+    ws = Workspace(home)
+    for name in PAGES:
+        build(ws.wiki(name))
+    return ws
+
+
+@pytest.mark.parametrize("query", ["tomatoes sun", "deploy production", "water", "sun peppers compost", "zzz"])
+@pytest.mark.parametrize("depth", [1, 2, 10])
+def test_merged_view_equals_each_wiki_searched_alone(three: Workspace, query: str, depth: int) -> None:
+    indexes = [index_mod.load(three.wiki(name)) for name in PAGES]
+    hits = MergedBM25([idx.bm25 for idx in indexes]).search(tokenize([query])[0], depth)
+    for w, idx in enumerate(indexes):
+        # the reference: bm25s's own scoring of this wiki's saved index, alone
+        folder = three.wiki(idx.wiki).index_dir / "builds" / idx.build_id / "bm25"
+        alone = bm25s.BM25.load(str(folder))
+        ids = [alone.vocab_dict[t] for t in tokenize([query])[0] if t in alone.vocab_dict]
+        scores = alone.get_scores(ids) if ids else np.zeros(alone.scores["num_docs"])
+        expected = [int(d) for d in np.lexsort((np.arange(len(scores)), -scores)) if scores[d] > 0][:depth]
+        mine = hits.wiki == w
+        assert hits.chunk[mine].tolist() == expected
+        assert hits.rank[mine].tolist() == list(range(1, len(expected) + 1))
+        np.testing.assert_allclose(hits.score[mine], scores[expected], rtol=1e-6)
+
+
+def test_a_build_by_another_process_is_seen_after_the_recheck_interval(three: Workspace, home, monkeypatch) -> None:
+    cache = IndexCache(recheck_seconds=0.0)
+    first, _ = cache.get(three.wiki("w1"))
+    assert cache.get(three.wiki("w1"))[0] is first  # unchanged: the same loaded object
+    (home / "wikis/w1/p9.md").write_text("# New\n\nA new page about asparagus beds.\n")
+    monkeypatch.setattr(index_mod, "build_generation", index_mod.build_generation)  # as if built elsewhere
+    build(three.wiki("w1"))
+    monkeypatch.undo()
+    second, _ = cache.get(three.wiki("w1"))
+    assert second is not first and len(second.chunks) == len(first.chunks) + 1

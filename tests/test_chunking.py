@@ -1,0 +1,91 @@
+"""Chunking: exact offsets for every passage, headings, frontmatter, tiny fragments, tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wikirag.chunking import chunk_markdown, count_tokens, parse_page, tag_matches
+
+LONG = " ".join(f"Sentence number {i} talks about brewing coffee at ninety-three degrees." for i in range(400))
+
+TEXTS = {
+    "plain": "# Title\n\nSome introductory text that is long enough to be kept.\n\n## Part\n\nMore text in the part, long enough too.\n",
+    "crlf": "# Title\r\n\r\nSome introductory text that is long enough to be kept.\r\n\r\n## Part\r\n\r\nMore text in part two, long enough.\r\n",
+    "lone-cr": "# Title\r\rSome introductory text that is long enough to be kept.\r\r## Part\r\rMore text in part two here, long enough.\r",
+    "bom": "\ufeff# Title\n\nSome introductory text that is long enough to be kept.\n",
+    "bom-frontmatter-crlf": "\ufeff---\r\ntitle: x\r\ntags: [a]\r\n---\r\n# Title\r\n\r\nBody text after the frontmatter, long enough to keep.\r\n",
+    "emoji-cjk": "# 咖啡 ☕\n\n日本語のテキストと絵文字 🎉🎉 が混ざった段落です。十分な長さがあります。\n\n## Zweiter Teil — Größe\n\nÄrger mit Ümlauten und 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 outside the BMP, long enough.\n",
+    "code-fence": "# Real\n\nText before the fence, long enough to be kept as a chunk.\n\n```\n# not a heading\n```\n\nMore text after the fence in the same section.\n",
+    "setext": "Title\n=====\n\nIntro paragraph that is long enough to be kept here.\n\nPart\n----\n\nPart paragraph that is long enough to be kept too.\n",
+    "no-headings": "Just a paragraph of plain text without any heading at all, long enough.\n",
+    "long": "# Long\n\n" + LONG + "\n\n## After\n\nA short closing section that is long enough.\n",
+    "only-frontmatter": "---\ntitle: empty\n---\n",
+    "unclosed-frontmatter": "---\ntitle: x\n\n# Heading\n\nText of the page, long enough to be kept here.\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_every_chunk_slices_the_file_text_exactly(name: str, tmp_path: Path) -> None:
+    text = TEXTS[name]
+    path = tmp_path / "page.md"
+    path.write_bytes(text.encode("utf-8"))
+    file_text = path.read_bytes().decode("utf-8")  # the definition of offsets: no newline translation
+    chunks = chunk_markdown(file_text, "page.md", max_tokens=128)
+    for c in chunks:
+        assert file_text[c.start:c.end] == c.text
+        assert c.text == c.text.strip()
+        assert len(c.text) >= 40
+        assert count_tokens(c.text) <= 128
+        # the 1-based line of start, counting \r\n, \r and \n as line breaks
+        before = file_text[:c.start].replace("\r\n", "\n").replace("\r", "\n")
+        assert c.line == before.count("\n") + 1
+
+
+def test_headings_become_paths_and_code_fences_are_not_headings() -> None:
+    chunks = chunk_markdown(TEXTS["code-fence"], "p.md")
+    assert [c.heading for c in chunks] == ["Real"]
+    assert "# not a heading" in chunks[0].text
+    deep = "# Guide\n\n## Install\n\n### Linux\n\nRun the installer with sudo and wait until it finishes.\n"
+    assert [c.heading for c in chunk_markdown(deep, "p.md")] == ["Guide > Install > Linux"]
+    assert [c.heading for c in chunk_markdown(TEXTS["setext"], "p.md")] == ["Title", "Title > Part"]
+
+
+def test_frontmatter_is_not_indexed() -> None:
+    text = TEXTS["bom-frontmatter-crlf"]
+    chunks = chunk_markdown(text, "p.md")
+    assert len(chunks) == 1 and "title: x" not in chunks[0].text
+    assert chunks[0].start == text.index("# Title") and chunks[0].line == 5
+    assert chunk_markdown(TEXTS["only-frontmatter"], "p.md") == []
+
+
+def test_tiny_fragments_are_dropped() -> None:
+    text = "# A\n\n## B\n\nshort\n\n## C\n\nThis section is comfortably longer than forty characters.\n"
+    chunks = chunk_markdown(text, "p.md", min_chars=40)
+    assert [c.heading for c in chunks] == ["A > C"]
+    assert len(chunk_markdown(text, "p.md", min_chars=5)) == 2
+
+
+def test_long_sections_are_split_by_tokens() -> None:
+    chunks = chunk_markdown(TEXTS["long"], "p.md", max_tokens=100)
+    long_chunks = [c for c in chunks if c.heading == "Long"]
+    assert len(long_chunks) > 10
+    assert all(count_tokens(c.text) <= 100 for c in long_chunks)
+    assert chunks[-1].heading == "Long > After"
+
+
+@pytest.mark.parametrize(
+    ("text", "wanted", "expected"),
+    [
+        ("---\ntags: [wiki/Topic]\n---\nbody", ["#wiki/Topic"], True),
+        ("---\ntags: wiki/topic/sub, other\n---\nbody", ["#wiki/Topic"], True),
+        ("body with an inline #wiki/Topic tag", ["wiki/topic"], True),
+        ("body with #wiki/Topical only", ["#wiki/Topic"], False),
+        ("```\n#wiki/Topic inside code\n```\n", ["#wiki/Topic"], False),
+        ("# Heading is not a tag", ["heading"], False),
+        ("no tags at all", ["#x"], False),
+    ],
+)
+def test_tags_from_frontmatter_and_inline(text: str, wanted: list[str], expected: bool) -> None:
+    assert tag_matches(parse_page(text).tags, wanted) is expected

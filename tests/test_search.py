@@ -1,0 +1,137 @@
+"""Querying compositions: fusion, clearance checks, weights, hints, exact citations."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wikirag import AccessDenied, CompositionError, IndexMissing, QueryError, Workspace, build
+from wikirag.fusion import Candidates, RankedList, get, rrf
+from wikirag.search import search
+
+
+def test_rrf_matches_a_hand_computed_example() -> None:
+    lists = [
+        RankedList("a", np.array([10, 11, 12]), np.array([9.0, 5.0, 1.0]), weight=1.0),
+        RankedList("b", np.array([20, 21]), np.array([3.0, 2.0]), weight=2.0),
+        RankedList("a", np.array([12, 10]), np.array([0.9, 0.8]), layer="dense", weight=1.0),
+    ]
+    fused = rrf(Candidates.from_lists(lists), k=4)
+    # b/20: 2/61 = .032787; a/10: 1/61 + 1/62 = .032522; b/21: 2/62 = .032258; a/12: 1/63 + 1/61 = .032266
+    assert [(f.wiki, f.id) for f in fused] == [("b", 20), ("a", 10), ("a", 12), ("b", 21)]
+    assert fused[0].score == pytest.approx(2 / 61)
+    assert fused[1].score == pytest.approx(1 / 61 + 1 / 62)
+    assert fused[2].score == pytest.approx(1 / 63 + 1 / 61)
+    assert [(c.layer, c.rank) for c in fused[2].contributions] == [("bm25", 3), ("dense", 1)]
+    assert get(None).name == "rrf"
+    with pytest.raises(QueryError, match="unknown fusion 'x'"):
+        get("x")
+
+
+def test_passages_cite_exact_characters_of_their_source(built: Workspace, home: Path) -> None:
+    result = search(built, "team", "deploy production rollback", clearance="internal", k=5)
+    assert result.passages and result.passages[0].wiki == "beta"
+    for p in result.passages:
+        source = (home / "wikis" / p.wiki / p.path).read_bytes().decode("utf-8")
+        assert source[p.start:p.end] == p.text
+        assert p.contributions[0].wiki == p.wiki and p.contributions[0].rank >= 1
+    assert [p.rank for p in result.passages] == list(range(1, len(result.passages) + 1))
+
+
+def test_results_come_from_every_wiki_of_the_composition(built: Workspace) -> None:
+    result = search(built, "team", "compost", clearance="internal", k=10)
+    assert {p.wiki for p in result.passages} == {"alpha", "beta"}
+
+
+def test_weights_change_the_order(built: Workspace, home: Path) -> None:
+    (home / "rags" / "weighted.yaml").write_text(
+        "sensitivity: internal\nwikis: [alpha, beta]\nweights: {beta: 3}\n")
+    plain = search(built, "team", "compost", clearance="internal", k=3)
+    weighted = search(built, "weighted", "compost", clearance="internal", k=3)
+    assert plain.passages[0].wiki == "alpha"
+    assert weighted.passages[0].wiki == "beta"
+    assert weighted.passages[0].score == pytest.approx(3 / 61)
+
+
+@pytest.mark.parametrize(
+    ("clearance", "composition", "allowed"),
+    [
+        ("public", "open", True), ("public", "team", False), ("public", "secret", False),
+        ("internal", "team", True), ("internal", "secret", False),
+        ("confidential", "secret", True), ("restricted", "secret", True),
+    ],
+)
+def test_clearance_gates_compositions(built: Workspace, clearance: str, composition: str, allowed: bool) -> None:
+    if allowed:
+        assert search(built, composition, "deploys keys compost", clearance=clearance).passages
+        return
+    with pytest.raises(AccessDenied, match=f"composition '{composition}' is .*; your clearance is {clearance}. "
+                                           "It needs clearance .* or higher"):
+        search(built, composition, "deploys", clearance=clearance)
+
+
+def test_hand_edited_composition_cannot_reach_above_its_ceiling(built: Workspace, home: Path) -> None:
+    (home / "rags" / "sneaky.yaml").write_text("sensitivity: public\nwikis: [alpha, gamma]\n")
+    with pytest.raises(CompositionError, match="wiki 'gamma' is confidential, above"):
+        search(built, "sneaky", "keys", clearance="public")
+
+
+def test_each_wiki_is_checked_again_at_retrieval_time(built: Workspace, home: Path) -> None:
+    """A composition loaded earlier, then a wiki's manifest raised: the query refuses it."""
+    comp = built.composition("team", "internal")
+    assert search(built, comp, "deploys", clearance="internal").passages
+    manifest = home / "wikis" / "beta" / ".wiki.yaml"
+    manifest.write_text(manifest.read_text().replace("internal", "confidential"))
+    with pytest.raises(CompositionError, match="wiki 'beta' is confidential, above the composition's sensitivity"):
+        search(built, comp, "deploys", clearance="internal")
+    # and the composition file itself no longer loads for anyone
+    with pytest.raises(CompositionError, match="wiki 'beta' is confidential, above"):
+        search(built, "team", "deploys", clearance="restricted")
+
+
+def test_a_level_edited_by_another_process_applies_within_the_recheck_interval(built: Workspace, home: Path) -> None:
+    ws = Workspace(home)  # the default: manifests re-checked at most every 0.5 s
+    assert search(ws, "open", "compost", clearance="public").passages
+    manifest = home / "wikis" / "alpha" / ".wiki.yaml"
+    manifest.write_text(manifest.read_text().replace("public", "internal"))
+    time.sleep(ws.recheck_seconds + 0.1)
+    with pytest.raises(CompositionError, match="wiki 'alpha' is internal, above the composition's sensitivity public"):
+        search(ws, "open", "compost", clearance="public")
+
+
+def test_refusal_comes_before_wiki_lookup(built: Workspace, home: Path) -> None:
+    """A public caller asking for a confidential composition learns nothing about its wikis."""
+    (home / "rags" / "hidden.yaml").write_text("sensitivity: confidential\nwikis: [gamma, nonexistent]\n")
+    with pytest.raises(AccessDenied) as err:
+        search(built, "hidden", "keys", clearance="public")
+    assert "gamma" not in str(err.value) and "nonexistent" not in str(err.value)
+
+
+def test_stopword_query_returns_nothing_with_a_hint(built: Workspace) -> None:
+    result = search(built, "open", "is it the and of a", clearance="public")
+    assert result.passages == [] and "stopwords" in result.hint
+    unknown = search(built, "open", "xylophone", clearance="public")
+    assert unknown.passages == [] and "no passage contains" in unknown.hint
+
+
+def test_unbuilt_wiki_is_a_warning_and_all_unbuilt_is_an_error(ws: Workspace) -> None:
+    with pytest.raises(IndexMissing, match="wikirag build alpha"):
+        search(ws, "open", "compost", clearance="public")
+    build(ws.wiki("alpha"))
+    result = search(ws, "team", "compost", clearance="internal")
+    assert result.passages and any("wiki 'beta' has no index" in w for w in result.warnings)
+
+
+def test_a_rebuild_is_picked_up_by_the_next_query(built: Workspace, home: Path) -> None:
+    assert not search(built, "open", "asparagus", clearance="public").passages
+    (home / "wikis/alpha/asparagus.md").write_text("# Asparagus\n\nAsparagus beds take three years to crop.\n")
+    build(built.wiki("alpha"))
+    assert search(built, "open", "asparagus", clearance="public").passages[0].path == "asparagus.md"
+
+
+def test_bad_k_is_refused(built: Workspace) -> None:
+    with pytest.raises(QueryError, match="k must be between 1 and 200"):
+        search(built, "open", "compost", clearance="public", k=0)
