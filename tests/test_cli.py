@@ -137,3 +137,22 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(command: st
 def test_python_dash_m_runs_the_cli() -> None:
     result = subprocess.run([sys.executable, "-m", "wikirag", "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "build" in result.stdout
+
+
+def test_build_all_goes_on_past_a_broken_wiki_and_fails_at_the_end(run, home: Path) -> None:
+    (home / "wikis/beta/.wiki.yaml").write_text("name: beta\ntitle: B\nsensitivity: internal\nsorce: x\n")
+    result = run("build", "--all")
+    assert result.exit_code == 1
+    assert "alpha: built" in result.stdout and "gamma: built" in result.stdout
+    assert ".wiki.yaml:4: unknown key 'sorce': remove it (did you mean 'source'?)" in result.stderr
+    assert "1 of 3 wiki(s) failed to build" in result.stderr
+
+
+def test_build_source_inside_the_workspace_is_stored_relative(run, home: Path) -> None:
+    notes = home / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nA note kept inside the workspace, beside the wikis.\n")
+    assert run("build", "notes", str(notes), "--sensitivity", "public").exit_code == 0
+    assert "source: ../../notes\n" in (home / "wikis/notes/.wiki.yaml").read_text()
+    bad = run("build", "notes", "--sensitivity", "secret")
+    assert bad.exit_code == 2 and "Invalid value for '--sensitivity'" in bad.stderr

@@ -72,8 +72,9 @@ def cli(ctx: click.Context, home: str | None) -> None:
 
 # build -----------------------------------------------------------------------------------------
 
-def _source_for_manifest(source: str, folder: Path) -> str:
-    """Store SOURCE relative to the wiki folder when it is near it, else absolute (globs kept)."""
+def _source_for_manifest(source: str, folder: Path, home: Path) -> str:
+    """SOURCE as the manifest stores it: relative to the wiki folder when it lies inside the workspace
+    (so the workspace can move), else absolute. A glob part is kept as given."""
     parts = Path(os.path.expanduser(source)).parts
     magic = next((i for i, p in enumerate(parts) if GLOB_CHARS.search(p)), len(parts))
     base = Path(*parts[:magic]) if magic else Path(".")
@@ -81,9 +82,8 @@ def _source_for_manifest(source: str, folder: Path) -> str:
     absolute = base.resolve()
     if not absolute.is_dir():
         raise click.UsageError(f"SOURCE {source}: folder {absolute} does not exist")
-    rel = os.path.relpath(absolute, folder.resolve()) if folder.exists() else None
-    stored = rel if rel is not None and not rel.startswith(".." + os.sep + "..") else str(absolute)
-    stored = Path(stored).as_posix()
+    inside = absolute == home or home in absolute.parents
+    stored = Path(os.path.relpath(absolute, folder.resolve()) if inside else absolute).as_posix()
     return f"{stored}/{rest}" if rest else stored
 
 
@@ -101,17 +101,14 @@ def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[s
         data = {"name": name, "title": title or name.replace("-", " ").replace("_", " ").capitalize()}
     folder.mkdir(parents=True, exist_ok=True)
     if source is not None:
-        data["source"] = _source_for_manifest(source, folder)
+        data["source"] = _source_for_manifest(source, folder, ws.home)
     if tags:
         data["include_tags"] = list(tags)
     if sensitivity:
         data["sensitivity"] = sensitivity
     if title:
         data["title"] = title
-    try:
-        write_manifest(folder, data)
-    except ValueError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
+    write_manifest(folder, data)
 
 
 def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:

@@ -211,13 +211,14 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], manifest: dict) -> None:
+def _write_build(folder: Path, chunks: list[Chunk], manifest: dict, started: float) -> None:
     texts = [f"{c.heading}\n{c.text}" if c.heading else c.text for c in chunks]
     BM25Layer.build(tokenize(texts), folder / "bm25")
     with (folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
         for c in chunks:
             fh.write(json.dumps({"path": c.path, "start": c.start, "end": c.end, "line": c.line,
                                  "heading": c.heading, "text": c.text}, ensure_ascii=False) + "\n")
+    manifest["build_seconds"] = round(time.perf_counter() - started, 3)
     manifest["checksums"] = {
         p.relative_to(folder).as_posix(): _sha256(p.read_bytes())
         for p in sorted(folder.rglob("*")) if p.is_file()
@@ -317,7 +318,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) 
         }
         try:
             tmp.mkdir()
-            _write_build(wiki, tmp, chunks, manifest)
+            _write_build(tmp, chunks, manifest, started)
             (wiki.index_dir / "builds").mkdir(exist_ok=True)
             os.rename(tmp, wiki.index_dir / "builds" / build_id)
             _fsync_dir(wiki.index_dir / "builds")

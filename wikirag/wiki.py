@@ -18,7 +18,7 @@ import yaml
 from pydantic import BeforeValidator, Field, PlainSerializer, field_validator
 
 from .access import LEVEL_NAMES, Level
-from .config import StrictModel, load_model
+from .config import StrictModel, load_model, validate
 from .errors import ManifestError, WikiragError
 
 MANIFEST_NAME = ".wiki.yaml"
@@ -153,8 +153,11 @@ class Wiki:
 
 
 def write_manifest(folder: Path, data: dict[str, Any]) -> WikiManifest:
-    """Validate ``data`` and write it as ``folder/.wiki.yaml`` (atomically). Returns the manifest."""
-    manifest = WikiManifest.model_validate(data)
+    """Validate ``data`` and write it as ``folder/.wiki.yaml`` (atomically). Returns the manifest.
+
+    Raises :class:`ManifestError` naming each invalid key. YAML comments of an existing file are lost.
+    """
+    manifest = validate(WikiManifest, data, folder / MANIFEST_NAME, {}, ManifestError)
     folder.mkdir(parents=True, exist_ok=True)
     dumped = manifest.model_dump(mode="json", exclude_defaults=True)
     dumped = {"name": dumped.pop("name"), "title": dumped.pop("title"),
