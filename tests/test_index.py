@@ -94,6 +94,7 @@ def test_a_killed_build_leaves_debris_that_the_next_build_sweeps(ws: Workspace) 
     assert search(ws, "open", "compost", clearance="public").passages
     build(wiki, force=True)
     assert not debris.exists()
+    assert sorted(p.name for p in wiki.index_dir.iterdir()) == ["CURRENT", "builds", "lock"]
 
 
 def test_stale_index_is_reported(ws: Workspace, home: Path) -> None:

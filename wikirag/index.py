@@ -231,6 +231,9 @@ def _sweep(wiki: Wiki, keep: set[str]) -> None:
     """Remove builds other than ``keep`` and leftovers of killed builds (we hold the build lock)."""
     for path in wiki.index_dir.glob("tmp-*"):
         shutil.rmtree(path, ignore_errors=True)
+    for path in wiki.index_dir.glob("CURRENT.*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
     builds = wiki.index_dir / "builds"
     if builds.is_dir():
         for path in builds.iterdir():
@@ -238,11 +241,80 @@ def _sweep(wiki: Wiki, keep: set[str]) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
+@dataclass
+class _Collected:
+    records: dict[str, dict]           # path -> sha256, size, mtime_ns, chunks, skipped reason
+    chunks: dict[str, list[Chunk]]     # path -> its passages
+    skipped: list[Skipped]
+    rechunked: int = 0
+
+
+def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, list[Chunk]],
+             skipped: list[Skipped], progress: Progress | None) -> _Collected:
+    """Read every source file; reuse the previous passages of files whose content did not change."""
+    out = _Collected({}, {}, list(skipped))
+    for i, src in enumerate(files):
+        if progress is not None:
+            progress(i, len(files))
+        old = prev_files.get(src.path)
+        if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
+            out.records[src.path], out.chunks[src.path] = old, prev_chunks.get(src.path, [])
+        else:
+            try:
+                data = src.abspath.read_bytes()
+            except OSError as exc:
+                out.skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
+                continue
+            digest = _sha256(data)
+            if old is not None and old["sha256"] == digest:  # touched, not changed
+                out.records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
+                out.chunks[src.path] = prev_chunks.get(src.path, [])
+            else:
+                reason, chunks = _chunk_file(wiki, src.path, data)
+                out.rechunked += 1
+                out.records[src.path] = {"sha256": digest, "size": src.size, "mtime_ns": src.mtime_ns,
+                                         "chunks": len(chunks), "skipped": reason}
+                out.chunks[src.path] = chunks
+        if out.records[src.path]["skipped"]:
+            out.skipped.append(Skipped(src.path, out.records[src.path]["skipped"]))
+    if progress is not None:
+        progress(len(files), len(files))
+    return out
+
+
+def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float) -> str:
+    """Write a complete build into ``tmp-<id>``, move it into ``builds/`` and point CURRENT at it."""
+    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+    tmp = wiki.index_dir / f"tmp-{build_id}"
+    pointer = wiki.index_dir / f"CURRENT.{build_id}"
+    try:
+        tmp.mkdir()
+        _write_build(tmp, chunks, manifest, started)
+        (wiki.index_dir / "builds").mkdir(exist_ok=True)
+        os.rename(tmp, wiki.index_dir / "builds" / build_id)
+        _fsync_dir(wiki.index_dir / "builds")
+        pointer.write_text(build_id + "\n", encoding="utf-8")
+        with open(pointer, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(pointer, wiki.index_dir / "CURRENT")  # the moment the new build starts serving
+        _fsync_dir(wiki.index_dir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            pointer.unlink()
+        raise BuildError(
+            f"could not write the index of wiki '{wiki.name}' ({exc.strerror or exc}: "
+            f"{exc.filename or wiki.index_dir}); the previous index still serves"
+        ) from None
+    return build_id
+
+
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
 
-    Raises :class:`BuildError` (the previous index still serves) when the wiki has nothing to index,
-    another build of it is running, or the index cannot be written.
+    ``progress(done, total)`` is called as files are read. Raises :class:`BuildError` (the previous
+    index still serves) when the wiki has nothing to index, another build of it is running, or the
+    index cannot be written.
     """
     started = time.perf_counter()
     with _build_lock(wiki):
@@ -255,56 +327,22 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) 
                 f"fix 'source:' in {wiki.manifest_path}"
             )
         reuse = prev is not None and not force and prev["settings"]["chunking"] == settings["chunking"]
-        prev_files: dict = prev["files"] if reuse and prev is not None else {}
-        records: dict[str, dict] = {}
-        by_path: dict[str, list[Chunk]] = {}
-        skipped = list(found.skipped)
-        rechunked = 0
-        total = len(found.files)
-        for i, src in enumerate(found.files):
-            if progress is not None:
-                progress(i, total)
-            old = prev_files.get(src.path)
-            if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
-                records[src.path], by_path[src.path] = old, prev_chunks.get(src.path, [])
-            else:
-                try:
-                    data = src.abspath.read_bytes()
-                except OSError as exc:
-                    skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
-                    continue
-                digest = _sha256(data)
-                if old is not None and old["sha256"] == digest:
-                    records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
-                    by_path[src.path] = prev_chunks.get(src.path, [])
-                else:
-                    reason, chunks = _chunk_file(wiki, src.path, data)
-                    rechunked += 1
-                    records[src.path] = {"sha256": digest, "size": src.size, "mtime_ns": src.mtime_ns,
-                                         "chunks": len(chunks), "skipped": reason}
-                    by_path[src.path] = chunks
-            if records[src.path]["skipped"]:
-                skipped.append(Skipped(src.path, records[src.path]["skipped"]))
-        if progress is not None:
-            progress(total, total)
-        chunks = [c for path in sorted(by_path) for c in by_path[path]]
-        files = sum(1 for r in records.values() if r["chunks"])
+        got = _collect(wiki, found.files, prev["files"] if reuse and prev else {}, prev_chunks,
+                       found.skipped, progress)
+        chunks = [c for path in sorted(got.chunks) for c in got.chunks[path]]
+        files = sum(1 for r in got.records.values() if r["chunks"])
         if not chunks:
-            reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in got.skipped[:5])
             raise BuildError(
-                f"wiki '{wiki.name}' has nothing to index: {total} markdown file(s) under {found.root}"
-                + (f" ({reasons})" if reasons else "")
-                + ". Add markdown pages or fix 'source:'/'include_tags:' in " + str(wiki.manifest_path)
+                f"wiki '{wiki.name}' has nothing to index: {len(found.files)} markdown file(s) under "
+                f"{found.root}" + (f" ({reasons})" if reasons else "")
+                + f". Add markdown pages or fix 'source:'/'include_tags:' in {wiki.manifest_path}"
             )
-        unchanged = (prev is not None and not force and prev["settings"] == settings
-                     and {p: r["sha256"] for p, r in prev["files"].items()}
-                     == {p: r["sha256"] for p, r in records.items()})
-        if unchanged:
-            assert prev_id is not None
-            return BuildReport(wiki.name, "up to date", files, len(chunks), 0, skipped,
+        if (prev is not None and prev_id is not None and not force and prev["settings"] == settings
+                and {p: r["sha256"] for p, r in prev["files"].items()}
+                == {p: r["sha256"] for p, r in got.records.items()}):
+            return BuildReport(wiki.name, "up to date", files, len(chunks), 0, got.skipped,
                                time.perf_counter() - started, prev_id)
-        build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-        tmp = wiki.index_dir / f"tmp-{build_id}"
         manifest = {
             "format_version": FORMAT_VERSION,
             "wikirag_version": __version__,
@@ -314,32 +352,13 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) 
             "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "settings": settings,
             "chunks": len(chunks),
-            "files": records,
+            "files": got.records,
         }
-        try:
-            tmp.mkdir()
-            _write_build(tmp, chunks, manifest, started)
-            (wiki.index_dir / "builds").mkdir(exist_ok=True)
-            os.rename(tmp, wiki.index_dir / "builds" / build_id)
-            _fsync_dir(wiki.index_dir / "builds")
-            pointer = wiki.index_dir / f"CURRENT.{build_id}"
-            pointer.write_text(build_id + "\n", encoding="utf-8")
-            with open(pointer, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(pointer, wiki.index_dir / "CURRENT")
-            _fsync_dir(wiki.index_dir)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (wiki.index_dir / f"CURRENT.{build_id}").unlink()
-            raise BuildError(
-                f"could not write the index of wiki '{wiki.name}' ({exc.strerror or exc}: "
-                f"{exc.filename or wiki.index_dir}); the previous index still serves"
-            ) from None
+        build_id = _publish(wiki, chunks, manifest, started)
         global build_generation
         build_generation += 1
         _sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
-        return BuildReport(wiki.name, "built", files, len(chunks), rechunked, skipped,
+        return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
                            time.perf_counter() - started, build_id)
 
 
