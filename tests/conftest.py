@@ -14,10 +14,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the developer's workspace or clearance."""
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests never see the developer's workspace, clearance or cache."""
     monkeypatch.delenv("WIKIRAG_HOME", raising=False)
     monkeypatch.delenv("WIKIRAG_CLEARANCE", raising=False)
+    monkeypatch.setenv("WIKIRAG_CACHE", str(tmp_path / "cache"))
     DEFAULT_CACHE.clear()
 
 

@@ -26,7 +26,7 @@ def test_rrf_matches_a_hand_computed_example() -> None:
     assert fused[1].score == pytest.approx(1 / 61 + 1 / 62)
     assert fused[2].score == pytest.approx(1 / 63 + 1 / 61)
     assert [(c.layer, c.rank) for c in fused[2].contributions] == [("bm25", 3), ("dense", 1)]
-    assert get(None).name == "rrf"
+    assert get("rrf").name == "rrf" and get(None).name == "dfs-prior"
     with pytest.raises(QueryError, match="unknown fusion 'x'"):
         get("x")
 
@@ -46,14 +46,17 @@ def test_results_come_from_every_wiki_of_the_composition(built: Workspace) -> No
     assert {p.wiki for p in result.passages} == {"alpha", "beta"}
 
 
-def test_weights_change_the_order(built: Workspace, home: Path) -> None:
+@pytest.mark.parametrize("fusion", ["rrf", "dfs", "dfs-prior"])
+def test_weights_apply_in_every_fusion_method(built: Workspace, home: Path, fusion: str) -> None:
+    plain = search(built, "team", "compost", clearance="internal", k=3, fusion=fusion)
+    top = plain.passages[0].wiki
+    other = "beta" if top == "alpha" else "alpha"
     (home / "rags" / "weighted.yaml").write_text(
-        "sensitivity: internal\nwikis: [alpha, beta]\nweights: {beta: 3}\n")
-    plain = search(built, "team", "compost", clearance="internal", k=3)
-    weighted = search(built, "weighted", "compost", clearance="internal", k=3)
-    assert plain.passages[0].wiki == "alpha"
-    assert weighted.passages[0].wiki == "beta"
-    assert weighted.passages[0].score == pytest.approx(3 / 61)
+        f"sensitivity: internal\nwikis: [alpha, beta]\nweights: {{{other}: 5}}\n")
+    weighted = search(built, "weighted", "compost", clearance="internal", k=3, fusion=fusion)
+    assert weighted.passages[0].wiki == other
+    if fusion == "rrf":
+        assert weighted.passages[0].score == pytest.approx(5 / 61)
 
 
 @pytest.mark.parametrize(
@@ -133,5 +136,5 @@ def test_a_rebuild_is_picked_up_by_the_next_query(built: Workspace, home: Path) 
 
 
 def test_bad_k_is_refused(built: Workspace) -> None:
-    with pytest.raises(QueryError, match="k must be between 1 and 200"):
+    with pytest.raises(QueryError, match="k must be between 1 and 1000"):
         search(built, "open", "compost", clearance="public", k=0)

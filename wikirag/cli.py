@@ -20,6 +20,7 @@ from . import index as index_mod
 from .access import CLEARANCE_ENV, LEVEL_NAMES, Level
 from .config import read_yaml
 from .errors import ManifestError, WikiragError
+from .fusion import DEFAULT_FUSION, FUSIONS
 from .search import search
 from .wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
 from .workspace import HOME_ENV, Workspace
@@ -298,6 +299,83 @@ def check(ctx):
             click.echo(problem, err=True)
         raise click.ClickException(f"{len(problems)} problem(s) found")
     click.echo(f"ok: {len(ws.wiki_names())} wikis, {len(ws.composition_names())} compositions")
+
+
+# eval --------------------------------------------------------------------------------------------
+
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.environ.get("WIKIRAG_CACHE") or os.path.join(base, "wikirag")) / "eval"
+
+
+def _eval_table(report: dict) -> str:
+    datasets, k = list(report["datasets"]), report["k"]
+    lines = [f"nDCG@{k} per dataset and macro-averaged; macro Recall@100; queries/s of one thread",
+             "| method | " + " | ".join(datasets) + " | macro | R@100 | q/s |",
+             "|---|" + "---:|" * (len(datasets) + 3)]
+    for method, r in report["results"].items():
+        cells = [f"{r['per_dataset'][d][f'ndcg@{k}']:.3f}" for d in datasets]
+        lines.append(f"| {method} | " + " | ".join(cells)
+                     + f" | **{r['macro'][f'ndcg@{k}']:.3f}** | {r['macro']['recall@100']:.3f} | {r['queries_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+@cli.command(name="eval")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--fusion", "fusions", multiple=True,
+              help="Fusion method to evaluate (repeatable; default: every registered one).")
+@click.option("-k", type=click.IntRange(1, 100), default=10, show_default=True, help="nDCG cut-off.")
+@click.option("--exclude-self", "exclude_self", multiple=True,
+              help="Dataset where a document whose id equals the query id is ignored (BEIR: arguana, quora).")
+@click.option("--queries", "queries_file", type=click.Path(dir_okay=False, exists=True),
+              help="With a composition: the queries (JSON lines with _id and text, or id<TAB>text).")
+@click.option("--qrels", "qrels_file", type=click.Path(dir_okay=False, exists=True),
+              help="With a composition: judgments, query-id<TAB>wiki/path<TAB>grade.")
+@click.option("--cache", type=click.Path(file_okay=False), help="Where converted datasets and their "
+              "indexes are kept (default: $WIKIRAG_CACHE/eval or ~/.cache/wikirag/eval).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@clearance_option
+@click.pass_context
+def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cache, as_json, clearance):
+    """Measure retrieval quality (nDCG@10, Recall@100) and speed on judged queries.
+
+    With BEIR folders (corpus.jsonl, queries.jsonl, qrels/test.tsv), each folder becomes one wiki
+    (converted and indexed once, cached) and every query runs against all of them; reported per
+    dataset and macro-averaged, for each fusion method and the baselines 'monolith' (one index over
+    all folders) and 'oracle' (the query's own folder only). With one composition and --queries
+    and --qrels, your own judgments are scored for each fusion method.
+
+    Example: wikirag eval ../shared/eval/beir/scifact ../shared/eval/classic/cisi --json
+    """
+    from . import evaluate as ev
+
+    methods = list(fusions) or sorted(FUSIONS)
+    if "default" in methods:
+        methods.remove("default")
+    if queries_file or qrels_file:
+        if not (queries_file and qrels_file) or len(sources) != 1:
+            raise click.UsageError("give one composition with both --queries and --qrels")
+        ws = _workspace(ctx)
+        queries, qrels = ev.read_queries(Path(queries_file)), ev.read_qrels(Path(qrels_file))
+        results = ev.evaluate_composition(ws, sources[0], queries, qrels, methods, clearance=clearance, k=k)
+        pages = sum(index_mod.status(w).files for w in ws.composition(sources[0], clearance).wikis)
+        datasets = [ev.Dataset(sources[0], None, [q for q in queries if q[0] in qrels], qrels, docs=pages)]
+    else:
+        folders = [Path(s) for s in sources]
+        datasets = [ev.load_beir(f) for f in folders]
+        unknown = set(exclude_self) - {d.name for d in datasets}
+        if unknown:
+            raise click.UsageError(f"--exclude-self names no dataset given: {', '.join(sorted(unknown))}")
+        for d in datasets:
+            d.exclude_self = d.name in exclude_self
+        ws = ev.prepare(datasets, Path(cache) if cache else _default_cache(),
+                        progress=lambda msg: click.echo(msg, err=True))
+        results = ev.evaluate(ws, datasets, [ev.MONOLITH, ev.ORACLE, *methods], k=k,
+                              progress=lambda msg: click.echo(msg, err=True))
+    if DEFAULT_FUSION in results:
+        results["default"] = results[DEFAULT_FUSION]
+    report = ev.report(datasets, results, k)
+    click.echo(json.dumps(report, indent=2) if as_json else _eval_table(report))
 
 
 def main() -> None:

@@ -5,8 +5,19 @@ parallel arrays, with each wiki's composition weight and compact per-wiki statis
 the top ``k`` as :class:`Fused` hits. Register one with :func:`register`; a composition picks one by
 name with ``fusion:``, and :data:`DEFAULT_FUSION` applies when it names none.
 
-``rrf`` is Reciprocal Rank Fusion exactly as the design states it: ``score = Σ weight / (60 + rank)``
-over the lists a passage appears in (ranks start at 1).
+Methods:
+
+* ``rrf``: Reciprocal Rank Fusion exactly as the design states it, ``score = Σ weight / (60 + rank)``
+  over the lists a passage appears in (ranks start at 1), each wiki ranked by its own statistics. It
+  is right for fusing layers of one wiki (lists that rank the same passages); over disjoint wikis it
+  is a round-robin that lets every wiki's best hit into the top, relevant or not.
+* ``dfs``: every wiki scores with the composition's BM25 statistics (document count, document
+  frequencies, average length — what a distributed engine's DFS phase gathers), so scores are
+  comparable and the ranking equals one index over all the wikis; merged by ``weight × score``.
+* ``dfs-prior`` (the default): ``weight × dfs score + log P(wiki | query)``, the second term from each
+  wiki's language model (:func:`wiki_log_prior`). It leans towards the wiki the question is about.
+
+In every method a wiki's ``weight`` from the composition multiplies its contribution.
 """
 
 from __future__ import annotations
@@ -51,6 +62,10 @@ class Candidates:
     chunk: np.ndarray
     rank: np.ndarray
     score: np.ndarray
+    # for methods with ``term_stats``: occurrences of each query term in each wiki (terms × wikis)
+    # and each wiki's total number of tokens
+    term_counts: np.ndarray | None = None
+    wiki_tokens: np.ndarray | None = None
 
     @classmethod
     def from_lists(cls, lists: Sequence[RankedList]) -> Candidates:
@@ -81,6 +96,7 @@ class Contribution:
     layer: str
     rank: int
     score: float
+    wiki_prior: float | None = None  # log P(wiki | query), for methods that use one
 
 
 @dataclass(frozen=True)
@@ -98,23 +114,32 @@ FuseFn = Callable[[Candidates, int], list[Fused]]
 
 @dataclass(frozen=True)
 class FusionMethod:
-    """A named fusion. ``depth(k)`` is how many hits each list must supply for an exact top ``k``."""
+    """A named fusion.
+
+    ``depth(k)``: how many hits each list must supply for an exact top ``k``. ``scoring``: whether the
+    BM25 lists are scored with each wiki's own statistics (``local``) or the composition's
+    (``global``). ``term_stats``: whether the method needs ``Candidates.term_counts``.
+    """
 
     name: str
     fuse: FuseFn
     depth: Callable[[int], int]
     description: str
+    scoring: str = "local"
+    term_stats: bool = False
 
 
 FUSIONS: dict[str, FusionMethod] = {}
-DEFAULT_FUSION = "rrf"
+DEFAULT_FUSION = "dfs-prior"
+DIRICHLET_MU = 2000  # the usual Dirichlet smoothing constant of query-likelihood retrieval (Zhai & Lafferty)
 
 
-def register(name: str, description: str, depth: Callable[[int], int] = lambda k: k):
+def register(name: str, description: str, depth: Callable[[int], int] = lambda k: k, *,
+             scoring: str = "local", term_stats: bool = False):
     """Decorator: make ``fuse(candidates, k)`` available as fusion ``name``."""
 
     def wrap(fuse: FuseFn) -> FuseFn:
-        FUSIONS[name] = FusionMethod(name, fuse, depth, description)
+        FUSIONS[name] = FusionMethod(name, fuse, depth, description, scoring, term_stats)
         return fuse
 
     return wrap
@@ -129,10 +154,11 @@ def get(name: str | None) -> FusionMethod:
         raise QueryError(f"unknown fusion '{name}': use one of {', '.join(sorted(FUSIONS))}") from None
 
 
-def top_by_passage(c: Candidates, values: np.ndarray, k: int) -> list[Fused]:
+def top_by_passage(c: Candidates, values: np.ndarray, k: int, wiki_prior: np.ndarray | None = None) -> list[Fused]:
     """Sum ``values`` (one per row) per passage and return the top ``k``, with their contributions.
 
-    Ties keep the order of the rows' first appearance, so results are deterministic.
+    Ties keep the order of the rows' first appearance, so results are deterministic. ``wiki_prior``
+    (one value per wiki) is reported in the contributions.
     """
     if len(values) == 0:
         return []
@@ -149,7 +175,9 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int) -> list[Fused]:
     fused = []
     for i, rows in rows_of.items():
         contributions = tuple(Contribution(c.wikis[c.wiki[r]], c.layers[c.layer[r]], int(c.rank[r]),
-                                           float(c.score[r])) for r in rows)
+                                           float(c.score[r]),
+                                           None if wiki_prior is None else float(wiki_prior[c.wiki[r]]))
+                              for r in rows)
         fused.append(Fused(c.wikis[int(unique[i] >> _SHIFT)], int(unique[i] & ((1 << _SHIFT) - 1)),
                            float(sums[i]), contributions))
     return fused
@@ -158,3 +186,34 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int) -> list[Fused]:
 @register("rrf", "Reciprocal Rank Fusion: score = Σ weight / (60 + rank)")
 def rrf(c: Candidates, k: int) -> list[Fused]:
     return top_by_passage(c, c.weights[c.wiki] / (RRF_K + c.rank), k)
+
+
+@register("dfs", "BM25 with the composition's statistics, merged by score: equals one index over all the wikis",
+          scoring="global")
+def dfs(c: Candidates, k: int) -> list[Fused]:
+    return top_by_passage(c, c.weights[c.wiki] * c.score, k)
+
+
+def wiki_log_prior(c: Candidates) -> np.ndarray:
+    """log P(wiki | query) for each wiki, from the wikis' own language models.
+
+    Each wiki is a unigram model of all its text, smoothed towards the composition's (Dirichlet,
+    ``DIRICHLET_MU``); the query's log-likelihood under it is averaged over the query's terms (so a
+    long query is not more certain than a short one) and normalised over the wikis with a uniform
+    prior, so a wiki's size neither helps nor hurts. Only per-wiki term counts and sizes are used.
+    """
+    counts, sizes = c.term_counts, c.wiki_tokens
+    if counts is None or sizes is None or counts.size == 0 or len(c.wikis) < 2:
+        return np.zeros(len(c.wikis))
+    background = counts.sum(axis=1) / sizes.sum()
+    loglik = np.log((counts + DIRICHLET_MU * background[:, None]) / (sizes[None, :] + DIRICHLET_MU)).sum(axis=0)
+    mean = loglik / counts.shape[0]
+    return mean - mean.max() - np.log(np.exp(mean - mean.max()).sum())
+
+
+@register("dfs-prior",
+          "dfs plus log P(wiki | query) from each wiki's language model: favours the wiki the question is about",
+          scoring="global", term_stats=True)
+def dfs_prior(c: Candidates, k: int) -> list[Fused]:
+    prior = wiki_log_prior(c)
+    return top_by_passage(c, c.weights[c.wiki] * c.score + prior[c.wiki], k, wiki_prior=prior)

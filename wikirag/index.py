@@ -38,7 +38,7 @@ from .errors import BuildError, IndexMissing
 from .sources import Skipped, decode, discover
 from .wiki import Wiki
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 Progress = Callable[[int, int], None]
 # bumped by every build of this process, so in-process readers notice a swap at once
 build_generation = 0

@@ -32,7 +32,7 @@ from .index import LoadedIndex
 from .wiki import Wiki
 from .workspace import Workspace
 
-MAX_K = 200
+MAX_K = 1000
 
 
 @dataclass(frozen=True)
@@ -175,12 +175,15 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
-    hits = view.bm25.search(tokens, method.depth(k))
+    hits = view.bm25.search(tokens, method.depth(k), method.scoring)
+    cols = view.bm25.columns(tokens) if method.term_stats else []
     candidates = Candidates(
         wikis=view.names, layers=("bm25",), stats=view.stats,
         weights=np.array([comp.weight(name) for name in view.names], dtype=np.float64),
         wiki=hits.wiki, layer=np.zeros(len(hits.wiki), dtype=np.int64), chunk=hits.chunk,
         rank=hits.rank, score=hits.score.astype(np.float64),
+        term_counts=view.bm25.term_counts(cols) if method.term_stats else None,
+        wiki_tokens=view.bm25.wiki_tokens,
     )
     passages = []
     for rank, hit in enumerate(method.fuse(candidates, k), start=1):
