@@ -177,7 +177,10 @@ class MergedBM25:
 
     def search(self, tokens: list[str], depth: int, scoring: str = "local") -> LayerHits:
         """Score every document once, then keep each wiki's own top ``depth`` (ties: lower chunk id)."""
-        cols = self.columns(tokens)
+        return self.search_columns(self.columns(tokens), depth, scoring)
+
+    def search_columns(self, cols: list[int], depth: int, scoring: str = "local") -> LayerHits:
+        """:meth:`search` for query columns already looked up with :meth:`columns`."""
         if not cols or depth <= 0:
             empty = np.empty(0, dtype=np.int64)
             return LayerHits(empty, empty, empty, np.empty(0, dtype=np.float32))

@@ -175,8 +175,8 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
-    hits = view.bm25.search(tokens, method.depth(k), method.scoring)
-    cols = view.bm25.columns(tokens) if method.term_stats else []
+    cols = view.bm25.columns(tokens)
+    hits = view.bm25.search_columns(cols, method.depth(k), method.scoring)
     candidates = Candidates(
         wikis=view.names, layers=("bm25",), stats=view.stats,
         weights=np.array([comp.weight(name) for name in view.names], dtype=np.float64),
