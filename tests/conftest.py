@@ -62,3 +62,32 @@ def make_wiki(home: Path, name: str, files: dict[str, bytes | str], sensitivity:
         else:
             path.write_text(content, encoding="utf-8")
     return folder
+
+
+@pytest.fixture(scope="session")
+def _local_model_state(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled local model, served once for the whole test session over real HTTP."""
+    import os
+
+    from wikirag import localmodel
+
+    cache = tmp_path_factory.mktemp("local-model-cache")
+    previous = os.environ.get("WIKIRAG_CACHE")
+    os.environ["WIKIRAG_CACHE"] = str(cache)
+    try:
+        server = localmodel.ensure_running()
+        yield cache, server
+    finally:
+        localmodel.stop()
+        if previous is None:
+            os.environ.pop("WIKIRAG_CACHE", None)
+        else:
+            os.environ["WIKIRAG_CACHE"] = previous
+
+
+@pytest.fixture
+def local_model(_local_model_state, monkeypatch: pytest.MonkeyPatch):
+    """Point wikirag at the session's local model server."""
+    cache, server = _local_model_state
+    monkeypatch.setenv("WIKIRAG_CACHE", str(cache))
+    return server

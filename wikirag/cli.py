@@ -220,6 +220,99 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
         click.echo(f"no results: {result.hint}", err=True)
 
 
+# ask ---------------------------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("rag")
+@click.argument("question")
+@click.option("--model", help="'extractive', 'local', or a LiteLLM model string (default: the composition's "
+              "model, else $WIKIRAG_MODEL, else extractive).")
+@click.option("--api-base", help="URL of a self-hosted OpenAI-compatible server (env WIKIRAG_API_BASE).")
+@click.option("-k", type=click.IntRange(1, 50), default=None, help="Passages to give the model (default 5).")
+@click.option("--no-stream", is_flag=True, help="Print the answer only when it is complete.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON (implies --no-stream).")
+@clearance_option
+@click.pass_context
+def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
+    """Answer a question from a composition's passages, citing them as [n].
+
+    The model answers only from the passages; each [n] is checked against the passages, and the
+    sources are listed with their wiki, file, line and heading. If the model fails, the passages are
+    still printed and the command exits 1 with the reason.
+
+    Example: wikirag ask public-help "How hot should the water be for a V60?" --model local
+    """
+    from .answer import answer
+
+    stream = answer(_workspace(ctx), rag, question, clearance=clearance, model=model, api_base=api_base, k=k)
+    if as_json:
+        result = stream.result
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        if stream._result.model == "local":
+            click.echo("using the local model (SmolLM2-135M); starting it if needed …", err=True)
+        if no_stream:
+            result = stream.result
+            click.echo(result.text)
+        else:
+            for text in stream:
+                click.echo(text, nl=False)
+            click.echo()
+            result = stream.result
+        _print_sources(result)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if result.invalid_citations:
+        click.echo(f"warning: the answer cites {result.invalid_citations}, which name no passage", err=True)
+    click.echo(f"retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
+               f"({result.model})", err=True)
+    if result.error:
+        raise click.ClickException(f"{result.error} (the passages above were retrieved)")
+
+
+@cli.command(name="serve-model")
+@click.option("--port", type=int, default=8081, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--threads", type=int, default=1, show_default=True, help="CPU threads (1 is fastest on a busy machine).")
+@click.option("--background", is_flag=True, help="Start it in the background and return (as 'ask --model local' does).")
+@click.option("--stop", is_flag=True, help="Stop the background model server.")
+@click.option("--status", is_flag=True, help="Say whether it runs, and where.")
+def serve_model(port, threads, background, stop, status):
+    """Run the bundled local model (SmolLM2-135M-Instruct) as an OpenAI-style server on 127.0.0.1.
+
+    'wikirag ask --model local' starts it on demand in the background; use this to start it
+    ahead of time, in the foreground (Ctrl-C stops it), or to stop a background one. Each start
+    gets a random API key, stored with its port in the wikirag cache folder (readable by you only).
+
+    Example: wikirag serve-model --background && wikirag ask public-help "How long does cold brew keep?" --model local
+    """
+    from . import localmodel
+
+    if sum((background, stop, status)) > 1:
+        raise click.UsageError("give at most one of --background, --stop and --status")
+    if stop:
+        click.echo("stopped" if localmodel.stop() else "no local model server was running")
+    elif status:
+        server = localmodel.running()
+        click.echo(f"running: pid {server.pid}, {server.api_base}" if server else "not running")
+    elif background:
+        server = localmodel.ensure_running(port=port, threads=threads)
+        click.echo(f"running: pid {server.pid}, {server.api_base}")
+    else:
+        click.echo(f"serving the local model on http://127.0.0.1:{port}/v1 (Ctrl-C stops it)", err=True)
+        localmodel.serve(port, threads, record=True)
+
+
+def _print_sources(result) -> None:
+    if not result.passages:
+        return
+    cited = {c.n for c in result.citations}
+    click.echo("\nSources:")
+    for n, p in enumerate(result.passages, start=1):
+        mark = "*" if n in cited else " "
+        heading = f"  ({p.heading})" if p.heading else ""
+        click.echo(f" {mark}[{n}] {p.wiki}/{p.path}:{p.line}{heading}")
+
+
 # list / check ----------------------------------------------------------------------------------
 
 @cli.command(name="list")

@@ -7,7 +7,9 @@ sensitivity: internal      # the ceiling: every listed wiki must be at or below 
 wikis: [engineering-handbook, wikirag-guide]
 k: 5                       # optional: passages returned (default 5)
 weights: {wikirag-guide: 0.5}   # optional: per-wiki weight in fusion (default 1)
-fusion: rrf                # optional: a fusion method name (default: the library default)
+fusion: dfs-prior          # optional: a fusion method name (default: the library default)
+model: openai/gpt-4o-mini  # optional: the model for answers (default: $WIKIRAG_MODEL, else extractive)
+api_base: http://127.0.0.1:11434   # optional: a self-hosted OpenAI-compatible server
 ```
 
 Loading checks that every wiki exists and sits at or below the composition's level; violations are
@@ -48,6 +50,9 @@ class CompositionSpec(StrictModel):
         default_factory=dict, description="per-wiki fusion weights > 0, e.g. 'weights: {handbook: 2}'"
     )
     fusion: str | None = Field(None, description="a fusion method: " + ", ".join(sorted(fusion.FUSIONS)))
+    model: str | None = Field(None, description="the model that answers: 'extractive', 'local' or a LiteLLM "
+                              "model string such as 'openai/gpt-4o-mini'")
+    api_base: str | None = Field(None, description="the URL of a self-hosted OpenAI-compatible server")
 
     @field_validator("name")
     @classmethod

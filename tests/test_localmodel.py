@@ -1,0 +1,52 @@
+"""The bundled local model through a real HTTP server and LiteLLM: cited answers, streaming, limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from wikirag import Workspace, build, localmodel
+from wikirag.answer import answer
+from wikirag.cli import cli
+
+from .conftest import make_wiki
+
+
+def test_a_local_answer_cites_a_passage_with_exact_offsets(built: Workspace, home: Path, local_model) -> None:
+    stream = answer(built, "team", "How often should I water tomatoes?", clearance="internal", model="local", k=1)
+    chunks = list(stream)
+    result = stream.result
+    assert result.error is None, result.error
+    assert len(chunks) > 1 and "".join(chunks) == result.text  # streamed, not sent in one piece
+    assert result.citations, result.text
+    for c in result.citations:
+        passage = result.passages[c.n - 1]
+        source = (home / "wikis" / c.wiki / c.path).read_bytes().decode("utf-8")
+        assert source[c.start:c.end] == passage.text
+    assert result.prompt_tokens > 0 and result.completion_tokens > 0
+    assert 0 < result.first_token_seconds <= result.generation_seconds
+
+
+def test_a_prompt_too_long_for_the_model_is_retried_with_fewer_passages(home: Path, local_model) -> None:
+    filler = " ".join(f"Sourdough starter note {i} about feeding flour and water every day." for i in range(40))
+    make_wiki(home, "bread", {f"p{i}.md": f"# Page {i}\n\n{filler}\n" for i in range(30)})
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("bread"))
+    (home / "rags" / "bread.yaml").write_text("sensitivity: public\nwikis: [bread]\n")
+    result = answer(ws, "bread", "How often to feed a sourdough starter?", clearance="public", model="local",
+                    k=30).result
+    assert result.error is None, result.error
+    assert any("retried with" in w for w in result.warnings)
+    assert 1 <= len(result.passages) < 30
+
+
+def test_serve_model_status_and_ask_cli(built: Workspace, home: Path, local_model) -> None:
+    runner = CliRunner()
+    status = runner.invoke(cli, ["serve-model", "--status"])
+    assert status.exit_code == 0 and f"pid {local_model.pid}" in status.stdout
+    asked = runner.invoke(cli, ["--home", str(home), "ask", "open", "How often should I water tomatoes?",
+                                "--model", "local", "-k", "1"])
+    assert asked.exit_code == 0, asked.output
+    assert "Sources:" in asked.stdout and "*[1] alpha/tomatoes.md" in asked.stdout
+    assert localmodel.running() == local_model

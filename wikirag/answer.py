@@ -1,0 +1,160 @@
+"""Grounded answers: retrieve, ask a model to answer from the passages only, verify the citations.
+
+::
+
+    stream = answer(ws, "public-help", "How hot should the water be?", clearance="public")
+    for text in stream:          # the answer as it is generated
+        print(text, end="")
+    result = stream.result       # AnswerResult: text, verified citations, passages, usage, timings
+
+The model is, in order: the ``model`` argument, the composition's ``model:``, ``$WIKIRAG_MODEL``, else
+:data:`DEFAULT_MODEL`. Two names are built in: ``extractive`` (the passages' most relevant sentences,
+verbatim and cited; no model, no key, never invents text) and ``local`` (SmolLM2-135M-Instruct served
+on 127.0.0.1 by wikirag itself, see :mod:`wikirag.localmodel`). Anything else is a LiteLLM model
+string. Retrieval errors (access, unknown composition) raise at once; a model failure does not raise:
+the result keeps the passages and says what went wrong in ``error``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import extractive, localmodel
+from .access import Level
+from .composition import Composition
+from .llm import ChatStream, ContextTooLong, ModelError, check_keys
+from .prompt import Citation, build_messages, check_citations
+from .search import Passage, search
+from .workspace import Workspace
+
+MODEL_ENV = "WIKIRAG_MODEL"
+API_BASE_ENV = "WIKIRAG_API_BASE"
+API_KEY_ENV = "WIKIRAG_API_KEY"  # for a self-hosted server that wants one
+EXTRACTIVE = "extractive"
+LOCAL = "local"
+DEFAULT_MODEL = EXTRACTIVE
+
+
+@dataclass
+class AnswerResult:
+    """Everything about one answer. ``citations`` are verified and carry exact source offsets."""
+
+    question: str
+    composition: str
+    model: str
+    text: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    invalid_citations: list[int] = field(default_factory=list)
+    uncited: list[int] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    retrieval_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    first_token_seconds: float | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["passages"] = [p.to_dict() for p in self.passages]
+        return data
+
+
+class Answer:
+    """An answer being generated: iterate for text chunks, then read :attr:`result`."""
+
+    def __init__(self, result: AnswerResult, api_base: str | None, timeout: float):
+        self._result, self._api_base, self._timeout = result, api_base, timeout
+        self._done = False
+
+    @property
+    def result(self) -> AnswerResult:
+        if not self._done:
+            for _ in self:
+                pass
+        return self._result
+
+    def __iter__(self) -> Iterator[str]:
+        if self._done:
+            return
+        r = self._result
+        started = time.perf_counter()
+        try:
+            if not r.passages:
+                r.text = "No passage matched the question, so there is nothing to answer from."
+                yield r.text
+            elif r.model == EXTRACTIVE:
+                r.text = extractive.extract(r.question, r.passages)[0]
+                r.first_token_seconds = time.perf_counter() - started
+                yield r.text
+            else:
+                yield from self._generate(started)
+        except ModelError as exc:
+            r.error = str(exc)
+        finally:
+            r.generation_seconds = time.perf_counter() - started
+            check = check_citations(r.text, r.passages)
+            r.citations, r.invalid_citations, r.uncited = check.citations, check.invalid, check.uncited
+            self._done = True
+
+    def _generate(self, started: float) -> Iterator[str]:
+        r = self._result
+        model, api_base, api_key = r.model, self._api_base, None
+        max_tokens, local = None, model == LOCAL
+        if local:
+            server = localmodel.ensure_running()
+            model, api_base, api_key = server.litellm_model, server.api_base, server.key
+            max_tokens = localmodel.MAX_ANSWER_TOKENS  # a small model can repeat itself without end
+        elif api_base:  # self-hosted servers often need no key, but OpenAI-style clients insist on one
+            api_key = os.environ.get(API_KEY_ENV) or os.environ.get("OPENAI_API_KEY") or "none"
+        else:
+            check_keys(model, api_base)
+        passages = r.passages
+        while True:
+            extra = {"grammar": localmodel.citation_grammar(len(passages))} if local else None
+            stream = ChatStream(model, build_messages(r.question, passages), api_base=api_base,
+                                api_key=api_key, timeout=self._timeout, max_tokens=max_tokens, extra_body=extra)
+            parts: list[str] = []
+            try:
+                for text in stream:
+                    if r.first_token_seconds is None:
+                        r.first_token_seconds = time.perf_counter() - started
+                    parts.append(text)
+                    r.text = "".join(parts)
+                    yield text
+            except ContextTooLong:
+                if parts or len(passages) == 1:
+                    raise
+                passages = passages[: len(passages) // 2]
+                r.warnings.append(f"the prompt did not fit the model: retried with {len(passages)} passage(s)")
+                continue
+            r.passages = passages
+            r.prompt_tokens, r.completion_tokens, r.cost = (
+                stream.usage.prompt_tokens, stream.usage.completion_tokens, stream.usage.cost)
+            return
+
+
+def resolve_model(composition: Composition, model: str | None, api_base: str | None) -> tuple[str, str | None]:
+    """The model and api_base to use: argument, else the composition's, else the environment, else default."""
+    chosen = model or composition.spec.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+    base = api_base or composition.spec.api_base or os.environ.get(API_BASE_ENV) or None
+    return chosen, base
+
+
+def answer(workspace: Workspace, composition: str | Path | Composition, question: str, *,
+           clearance: Level | str, model: str | None = None, api_base: str | None = None,
+           k: int | None = None, fusion: str | None = None, timeout: float = 60.0) -> Answer:
+    """Retrieve passages for ``question`` now (raising on access or composition errors) and return an
+    :class:`Answer` that generates the grounded answer when iterated."""
+    comp = workspace.composition(composition, clearance)
+    found = search(workspace, comp, question, clearance=clearance, k=k, fusion=fusion)
+    chosen, base = resolve_model(comp, model, api_base)
+    result = AnswerResult(question, comp.name, chosen, passages=found.passages, warnings=list(found.warnings),
+                          retrieval_seconds=found.seconds)
+    return Answer(result, base, timeout)

