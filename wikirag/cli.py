@@ -113,12 +113,12 @@ def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[s
 
 
 def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
-    bar = None
+    bars: dict[str, object] = {}
 
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None and total >= 200 and not as_json:
-            bar = click.progressbar(length=total, label=f"{wiki.name}", file=sys.stderr)
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None and (total >= 200 or stage == "embedding") and total and not as_json:
+            bar = bars[stage] = click.progressbar(length=total, label=f"{wiki.name}: {stage}", file=sys.stderr)
             bar.__enter__()
         if bar is not None:
             bar.update(done - bar.pos)
@@ -126,7 +126,7 @@ def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
     try:
         report = index_mod.build(wiki, force=force, progress=progress)
     finally:
-        if bar is not None:
+        for bar in bars.values():
             bar.__exit__(None, None, None)
     if not as_json:
         verb = "up to date" if report.state == "up to date" else f"built ({report.rechunked} file(s) chunked)"
@@ -343,7 +343,8 @@ def list_(ctx, as_json, clearance):
         m = wiki.manifest
         wikis.append({"name": name, "title": m.title, "description": m.description, "tags": m.tags,
                       "sensitivity": str(wiki.level), "files": state.files, "chunks": state.chunks,
-                      "status": state.state, "built_at": state.built_at, "detail": state.detail})
+                      "status": state.state, "built_at": state.built_at, "detail": state.detail,
+                      "dense": state.dense})
     for name in ws.composition_names():
         try:
             comp = ws.composition(name)
@@ -360,8 +361,9 @@ def list_(ctx, as_json, clearance):
         return
     click.echo("WIKIS")
     for w in wikis:
+        dense = f" +dense({w['dense']})" if w["dense"] else ""
         click.echo(f"  {w['name']:<24} {w['sensitivity']:<13} {w['files']:>5} files {w['chunks']:>6} chunks  "
-                   f"{w['status']:<8} {w['title']}")
+                   f"{w['status']:<8} {w['title']}{dense}")
     click.echo("COMPOSITIONS")
     for c in comps:
         click.echo(f"  {c['name']:<24} {c['sensitivity']:<13} {', '.join(c['wikis'])}")
@@ -387,6 +389,10 @@ def check(ctx):
             continue
         if state.state != "fresh":
             click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
+        if state.dense in ("missing", "other model"):
+            reason = "has none" if state.dense == "missing" else "was built with another model"
+            click.echo(f"note: wiki '{name}' declares a dense layer but its index {reason}: "
+                       f"run 'wikirag build {name}'", err=True)
     if problems:
         for problem in problems:
             click.echo(problem, err=True)
@@ -426,10 +432,12 @@ def _eval_table(report: dict) -> str:
               help="With a composition: judgments, query-id<TAB>wiki/path<TAB>grade.")
 @click.option("--cache", type=click.Path(file_okay=False), help="Where converted datasets and their "
               "indexes are kept (default: $WIKIRAG_CACHE/eval or ~/.cache/wikirag/eval).")
+@click.option("--layers", help="Layers to search: bm25, dense or bm25,dense. BEIR folders: default bm25 ('dense' "
+              "embeds them with the offline model); a composition: default every layer its wikis have.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @clearance_option
 @click.pass_context
-def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cache, as_json, clearance):
+def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cache, layers, as_json, clearance):
     """Measure retrieval quality (nDCG@10, Recall@100) and speed on judged queries.
 
     With BEIR folders (corpus.jsonl, queries.jsonl, qrels/test.tsv), each folder becomes one wiki
@@ -442,6 +450,10 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
     """
     from . import evaluate as ev
 
+    default = ("bm25", "dense") if queries_file else ("bm25",)
+    layer_names = tuple(x.strip() for x in layers.split(",") if x.strip()) if layers else default
+    if not layer_names or set(layer_names) - {"bm25", "dense"}:
+        raise click.UsageError(f"--layers takes bm25, dense or bm25,dense, not {layers!r}")
     methods = list(fusions) or sorted(FUSIONS)
     if "default" in methods:
         methods.remove("default")
@@ -450,7 +462,8 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
             raise click.UsageError("give one composition with both --queries and --qrels")
         ws = _workspace(ctx)
         queries, qrels = ev.read_queries(Path(queries_file)), ev.read_qrels(Path(qrels_file))
-        results = ev.evaluate_composition(ws, sources[0], queries, qrels, methods, clearance=clearance, k=k)
+        results = ev.evaluate_composition(ws, sources[0], queries, qrels, methods, clearance=clearance, k=k,
+                                          layers=layer_names)
         pages = sum(index_mod.status(w).files for w in ws.composition(sources[0], clearance).wikis)
         datasets = [ev.Dataset(sources[0], None, [q for q in queries if q[0] in qrels], qrels, docs=pages)]
     else:
@@ -462,8 +475,8 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
         for d in datasets:
             d.exclude_self = d.name in exclude_self
         ws = ev.prepare(datasets, Path(cache) if cache else _default_cache(),
-                        progress=lambda msg: click.echo(msg, err=True))
-        results = ev.evaluate(ws, datasets, [ev.MONOLITH, ev.ORACLE, *methods], k=k,
+                        progress=lambda msg: click.echo(msg, err=True), layers=layer_names)
+        results = ev.evaluate(ws, datasets, [ev.MONOLITH, ev.ORACLE, *methods], k=k, layers=layer_names,
                               progress=lambda msg: click.echo(msg, err=True))
     if DEFAULT_FUSION in results:
         results["default"] = results[DEFAULT_FUSION]

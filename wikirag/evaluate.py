@@ -30,7 +30,7 @@ from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level
 from .errors import WikiragError
-from .search import search
+from .search import LAYERS, search
 from .wiki import write_manifest
 from .workspace import Workspace
 
@@ -171,29 +171,39 @@ def monolith_name(datasets: Sequence[Dataset]) -> str:
     return f"{MONOLITH}-{hashlib.sha256(names.encode()).hexdigest()[:8]}"
 
 
-def prepare(datasets: list[Dataset], cache: Path, progress: Callable[[str], None] | None = None) -> Workspace:
-    """Convert and build one wiki per dataset, plus the monolith wiki, in a cached workspace."""
+def prepare(datasets: list[Dataset], cache: Path, progress: Callable[[str], None] | None = None,
+            layers: Sequence[str] = ("bm25",)) -> Workspace:
+    """Convert and build one wiki per dataset, plus the monolith wiki, in a cached workspace.
+
+    With ``"dense"`` in ``layers`` every wiki gets the offline dense layer; the monolith reuses the
+    datasets' vectors instead of embedding everything twice."""
+    home, corpora = cache / "workspace", cache / "corpora"
+    dense = "dense" in layers or any(  # once embedded, keep the layer (searching bm25 alone ignores it)
+        "layers:" in (home / "wikis" / d.name / ".wiki.yaml").read_text()
+        for d in datasets if (home / "wikis" / d.name / ".wiki.yaml").is_file())
+    extra = {"layers": {"dense": {}}} if dense else {}
     names = [d.name for d in datasets]
     if len(set(names)) != len(names) or any(n.startswith(MONOLITH) for n in names):
         raise WikiragError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}")
-    home, corpora = cache / "workspace", cache / "corpora"
     for d in datasets:
         if progress:
             progress(f"converting {d.name}")
         d.docs = _convert(d, corpora / d.name)
         write_manifest(home / "wikis" / d.name, {
             "name": d.name, "title": d.name, "sensitivity": "public", "source": str(corpora / d.name),
-            "chunking": EVAL_CHUNKING})
+            "chunking": EVAL_CHUNKING, **extra})
     others = sorted(p.name for p in corpora.iterdir() if p.is_dir() and p.name not in names)
     mono = monolith_name(datasets)
     write_manifest(home / "wikis" / mono, {
         "name": mono, "title": "all datasets in one wiki", "sensitivity": "public", "source": str(corpora),
-        "chunking": EVAL_CHUNKING, "exclude": [f"{n}/*" for n in others]})
+        "chunking": EVAL_CHUNKING, "exclude": [f"{n}/*" for n in others], **extra})
     ws = Workspace(home, recheck_seconds=0)
+    sources = []
     for name in [*names, mono]:
         if progress:
             progress(f"indexing {name}")
-        index_mod.build(ws.wiki(name))
+        report = index_mod.build(ws.wiki(name), vector_sources=sources)
+        sources.append(ws.wiki(name).index_dir / "builds" / report.build_id / "dense")
     ws.rags_dir.mkdir(parents=True, exist_ok=True)
     _write_composition(ws, "eval-all", names)
     _write_composition(ws, "eval-monolith", [mono])
@@ -210,9 +220,10 @@ def _write_composition(ws: Workspace, name: str, wikis: list[str]) -> None:
 
 
 def ranked_documents(ws: Workspace, composition: str, question: str, *, depth: int,
-                     fusion: str | None = None, clearance: Level | str = Level.PUBLIC) -> list[str]:
+                     fusion: str | None = None, clearance: Level | str = Level.PUBLIC,
+                     layers: Sequence[str] = LAYERS) -> list[str]:
     """Document ids ``wiki/path``, best first, each once at its best passage's rank."""
-    result = search(ws, composition, question, clearance=clearance, k=depth, fusion=fusion)
+    result = search(ws, composition, question, clearance=clearance, k=depth, fusion=fusion, layers=tuple(layers))
     return list(dict.fromkeys(f"{p.wiki}/{p.path}" for p in result.passages))
 
 
@@ -225,7 +236,8 @@ def _beir_doc(document: str) -> tuple[str, str]:
 
 
 def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, k: int = NDCG_K,
-             depth: int = 200, progress: Callable[[str], None] | None = None) -> dict[str, MethodResult]:
+             depth: int = 200, layers: Sequence[str] = LAYERS,
+             progress: Callable[[str], None] | None = None) -> dict[str, MethodResult]:
     """Run every query of every dataset under each method (a fusion name, ``monolith`` or ``oracle``)."""
     results: dict[str, MethodResult] = {}
     keys = (f"ndcg@{k}", f"recall@{RECALL_K}")
@@ -238,14 +250,14 @@ def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, 
                  for d in datasets}
         for d in datasets:  # warm up: indexes load (and merged views build) before the clock starts
             if d.queries:
-                ranked_documents(ws, route[d.name], d.queries[0][1], depth=depth, fusion=fusion)
+                ranked_documents(ws, route[d.name], d.queries[0][1], depth=depth, fusion=fusion, layers=layers)
         n_queries, started = 0, time.perf_counter()
         for d in datasets:
             comp = route[d.name]
             ndcgs, recalls = [], []
             for qid, text in d.queries:
                 ranked = []  # other datasets' documents take their place in the ranking as non-relevant
-                for document in ranked_documents(ws, comp, text, depth=depth, fusion=fusion):
+                for document in ranked_documents(ws, comp, text, depth=depth, fusion=fusion, layers=layers):
                     wiki, doc = _beir_doc(document)
                     if wiki != d.name:
                         ranked.append("\0" + document)
@@ -263,7 +275,7 @@ def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, 
 
 def evaluate_composition(ws: Workspace, composition: str, queries: list[tuple[str, str]],
                          qrels: dict[str, dict[str, int]], methods: Iterable[str], *, clearance: Level | str,
-                         k: int = NDCG_K, depth: int = 200) -> dict[str, MethodResult]:
+                         k: int = NDCG_K, depth: int = 200, layers: Sequence[str] = LAYERS) -> dict[str, MethodResult]:
     """A team's own judgments: qrels name documents as ``wiki/path`` (a page of a wiki)."""
     results: dict[str, MethodResult] = {}
     judged = [(qid, text) for qid, text in queries if any(g > 0 for g in qrels.get(qid, {}).values())]
@@ -271,11 +283,13 @@ def evaluate_composition(ws: Workspace, composition: str, queries: list[tuple[st
         raise WikiragError("no query has a relevant document in the qrels: check the query ids match")
     for method in methods:
         fusion = fusion_mod.get(method).name
-        ranked_documents(ws, composition, judged[0][1], depth=depth, fusion=fusion, clearance=clearance)
+        ranked_documents(ws, composition, judged[0][1], depth=depth, fusion=fusion, clearance=clearance,
+                         layers=layers)
         started = time.perf_counter()
         ndcgs, recalls = [], []
         for qid, text in judged:
-            ranked = ranked_documents(ws, composition, text, depth=depth, fusion=fusion, clearance=clearance)
+            ranked = ranked_documents(ws, composition, text, depth=depth, fusion=fusion, clearance=clearance,
+                                      layers=layers)
             ndcgs.append(ndcg_at_k(ranked, qrels[qid], k))
             recalls.append(recall_at_k(ranked, qrels[qid]))
         metrics = {f"ndcg@{k}": _mean(ndcgs), f"recall@{RECALL_K}": _mean(recalls)}

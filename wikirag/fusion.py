@@ -188,10 +188,43 @@ def rrf(c: Candidates, k: int) -> list[Fused]:
     return top_by_passage(c, c.weights[c.wiki] / (RRF_K + c.rank), k)
 
 
+def layer_values(c: Candidates) -> np.ndarray:
+    """One value per row for the score-based methods, so that each passage's rows sum to its score.
+
+    A wiki searched by one layer keeps that layer's scores. A wiki searched by BM25 and dense layers
+    gets one order by RRF of its lists (RRF is the right fusion for layers ranking the same passages),
+    and its passages, in that order, take the wiki's own BM25 scores in descending order: the wiki's
+    ranking is its hybrid one, and how it interleaves with other wikis is decided on the BM25 scale
+    they share. Passages beyond the BM25 list (found by the dense layer only) continue below its
+    lowest score.
+    """
+    values = c.score.astype(np.float64)
+    if len(c.layers) < 2 or not len(c.wiki):
+        return values
+    bm25 = c.layers.index("bm25") if "bm25" in c.layers else -1
+    for w in np.unique(c.wiki).tolist():
+        rows = np.flatnonzero(c.wiki == w)
+        if len(np.unique(c.layer[rows])) < 2:
+            continue
+        unique, first, inverse = np.unique(c.chunk[rows], return_index=True, return_inverse=True)
+        fused = np.bincount(inverse, weights=1.0 / (RRF_K + c.rank[rows]))
+        order = np.lexsort((first, -fused))
+        lexical = np.sort(c.score[rows][c.layer[rows] == bm25])[::-1]
+        floor = lexical[-1] if len(lexical) else 1e-3
+        extra = len(unique) - len(lexical)
+        ladder = np.concatenate([lexical, floor * np.linspace(0.99, 0.5, extra)]) if extra > 0 else lexical
+        per_passage = np.empty(len(unique))
+        per_passage[order] = ladder[:len(unique)]
+        row_values = np.zeros(len(rows))
+        row_values[first] = per_passage
+        values[rows] = row_values
+    return values
+
+
 @register("dfs", "BM25 with the composition's statistics, merged by score: equals one index over all the wikis",
           scoring="global")
 def dfs(c: Candidates, k: int) -> list[Fused]:
-    return top_by_passage(c, c.weights[c.wiki] * c.score, k)
+    return top_by_passage(c, c.weights[c.wiki] * layer_values(c), k)
 
 
 def wiki_log_prior(c: Candidates) -> np.ndarray:
@@ -215,5 +248,12 @@ def wiki_log_prior(c: Candidates) -> np.ndarray:
           "dfs plus log P(wiki | query) from each wiki's language model: favours the wiki the question is about",
           scoring="global", term_stats=True)
 def dfs_prior(c: Candidates, k: int) -> list[Fused]:
-    prior = wiki_log_prior(c)
-    return top_by_passage(c, c.weights[c.wiki] * c.score + prior[c.wiki], k, wiki_prior=prior)
+    # with dense lists only (no BM25), scores are cosines: a prior in nats would swamp them
+    lexical = "bm25" in c.layers and bool((c.layer == c.layers.index("bm25")).any())
+    prior = wiki_log_prior(c) if lexical else np.zeros(len(c.wikis))
+    values = c.weights[c.wiki] * layer_values(c)
+    first = np.zeros(len(values), dtype=bool)  # the prior counts once per passage, on its first row
+    if len(values):
+        _, first_rows = np.unique((c.wiki << _SHIFT) | c.chunk, return_index=True)
+        first[first_rows] = True
+    return top_by_passage(c, values + np.where(first, prior[c.wiki], 0.0), k, wiki_prior=prior)

@@ -26,7 +26,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import bm25s
@@ -34,12 +34,14 @@ import bm25s
 from . import __version__
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
 from .chunking import ENCODING_NAME, Chunk, chunk_markdown, parse_page, tag_matches
+from .dense import DenseInfo, build_layer, passage_text
+from .embeddings import EmbeddingError
 from .errors import BuildError, IndexMissing
 from .sources import Skipped, decode, discover
 from .wiki import Wiki
 
 FORMAT_VERSION = 2
-Progress = Callable[[int, int], None]
+Progress = Callable[[str, int, int], None]  # (stage: "reading" or "embedding", done, total)
 # bumped by every build of this process, so in-process readers notice a swap at once
 build_generation = 0
 
@@ -74,6 +76,7 @@ class IndexStatus:
     files: int = 0
     chunks: int = 0
     changed: list[str] = field(default_factory=list)
+    dense: str | None = None  # declared dense layer: "ok", "missing" or "other model"; None if not declared
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,12 @@ class LoadedIndex:
     manifest: dict
     chunks: list[Chunk]
     bm25: BM25Layer
+    folder: Path
+
+    @property
+    def dense(self) -> DenseInfo | None:
+        """The dense layer's model and size, if this build has one."""
+        return DenseInfo.from_manifest(self.manifest.get("dense"))
 
 
 def _settings(wiki: Wiki) -> dict:
@@ -98,6 +107,7 @@ def _settings(wiki: Wiki) -> dict:
         "include_tags": m.include_tags,
         "exclude": m.exclude,
         "meta_files": m.meta_files,
+        "dense": m.layers.dense.model_dump() if m.layers.dense else None,
     }
 
 
@@ -151,7 +161,7 @@ def load(wiki: Wiki) -> LoadedIndex:
                         f"checksum): rebuild it with 'wikirag build {wiki.name}'"
                     )
             return LoadedIndex(wiki.name, build_id, manifest, _read_chunks(folder / "chunks.jsonl"),
-                               BM25Layer.load(folder / "bm25"))
+                               BM25Layer.load(folder / "bm25"), folder)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -211,9 +221,19 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_build(folder: Path, chunks: list[Chunk], manifest: dict, started: float) -> None:
-    texts = [f"{c.heading}\n{c.text}" if c.heading else c.text for c in chunks]
+def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], manifest: dict, started: float,
+                 previous: list[Path], progress: Progress | None) -> None:
+    texts = [passage_text(c) for c in chunks]
     BM25Layer.build(tokenize(texts), folder / "bm25")
+    spec = wiki.manifest.layers.dense
+    if spec is not None:
+        try:
+            info = build_layer(folder / "dense", chunks, spec.model, spec.api_base, previous,
+                               (lambda done, total: progress("embedding", done, total)) if progress else None)
+        except EmbeddingError as exc:
+            raise BuildError(f"wiki '{wiki.name}': its dense layer could not be built: {exc}; "
+                             "the previous index still serves") from None
+        manifest["dense"] = asdict(info)
     with (folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
         for c in chunks:
             fh.write(json.dumps({"path": c.path, "start": c.start, "end": c.end, "line": c.line,
@@ -255,7 +275,7 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
     out = _Collected({}, {}, list(skipped))
     for i, src in enumerate(files):
         if progress is not None:
-            progress(i, len(files))
+            progress("reading", i, len(files))
         old = prev_files.get(src.path)
         if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
             out.records[src.path], out.chunks[src.path] = old, prev_chunks.get(src.path, [])
@@ -278,18 +298,19 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
         if out.records[src.path]["skipped"]:
             out.skipped.append(Skipped(src.path, out.records[src.path]["skipped"]))
     if progress is not None:
-        progress(len(files), len(files))
+        progress("reading", len(files), len(files))
     return out
 
 
-def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float) -> str:
+def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float, previous: list[Path],
+             progress: Progress | None) -> str:
     """Write a complete build into ``tmp-<id>``, move it into ``builds/`` and point CURRENT at it."""
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     tmp = wiki.index_dir / f"tmp-{build_id}"
     pointer = wiki.index_dir / f"CURRENT.{build_id}"
     try:
         tmp.mkdir()
-        _write_build(tmp, chunks, manifest, started)
+        _write_build(wiki, tmp, chunks, manifest, started, previous, progress)
         (wiki.index_dir / "builds").mkdir(exist_ok=True)
         os.rename(tmp, wiki.index_dir / "builds" / build_id)
         _fsync_dir(wiki.index_dir / "builds")
@@ -298,10 +319,12 @@ def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float) ->
             os.fsync(fh.fileno())
         os.replace(pointer, wiki.index_dir / "CURRENT")  # the moment the new build starts serving
         _fsync_dir(wiki.index_dir)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(OSError):
             pointer.unlink()
+        if not isinstance(exc, OSError):
+            raise
         raise BuildError(
             f"could not write the index of wiki '{wiki.name}' ({exc.strerror or exc}: "
             f"{exc.filename or wiki.index_dir}); the previous index still serves"
@@ -309,10 +332,13 @@ def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float) ->
     return build_id
 
 
-def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) -> BuildReport:
+def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
+          vector_sources: list[Path] = ()) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
 
-    ``progress(done, total)`` is called as files are read. Raises :class:`BuildError` (the previous
+    ``progress(stage, done, total)`` is called as files are read and passages embedded. The dense layer
+    reuses the previous build's vectors of unchanged passages, and also those found in
+    ``vector_sources`` (other builds' ``dense/`` folders, e.g. the same pages in another wiki). Raises :class:`BuildError` (the previous
     index still serves) when the wiki has nothing to index, another build of it is running, or the
     index cannot be written.
     """
@@ -354,7 +380,8 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None) 
             "chunks": len(chunks),
             "files": got.records,
         }
-        build_id = _publish(wiki, chunks, manifest, started)
+        previous = [wiki.index_dir / "builds" / prev_id / "dense"] if prev_id and prev is not None else []
+        build_id = _publish(wiki, chunks, manifest, started, [*previous, *vector_sources], progress)
         global build_generation
         build_generation += 1
         _sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
@@ -381,14 +408,18 @@ def status(wiki: Wiki) -> IndexStatus:
     """Compare the serving build with the sources now: ``fresh``, ``stale``, ``missing``, ``incompatible``."""
     build_id = current_build_id(wiki)
     if build_id is None:
-        return IndexStatus("missing", f"never built: run 'wikirag build {wiki.name}'")
+        return IndexStatus("missing", f"never built: run 'wikirag build {wiki.name}'",
+                           dense="missing" if wiki.manifest.layers.dense else None)
     try:
         manifest = _read_manifest(wiki, build_id)
     except IndexMissing as exc:
         return IndexStatus("incompatible", str(exc), build_id)
     recorded: dict[str, dict] = manifest["files"]
+    declared, built = wiki.manifest.layers.dense, manifest.get("dense")
+    dense = None if declared is None else "missing" if not built else (
+        "ok" if built["model"] == declared.model else "other model")
     base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
-            "files": sum(1 for r in recorded.values() if r["chunks"])}
+            "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense}
     if manifest["settings"] != _settings(wiki):
         return IndexStatus("stale", f"settings changed since the build: run 'wikirag build {wiki.name}'", **base)
     changed: list[str] = []

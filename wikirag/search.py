@@ -21,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from . import dense, embeddings
 from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level, require
 from .bm25 import MergedBM25, tokenize
 from .composition import Composition
+from .embeddings import EmbeddingError
 from .errors import IndexMissing, QueryError
 from .fusion import Candidates, Contribution
 from .index import LoadedIndex
@@ -33,6 +35,33 @@ from .wiki import Wiki
 from .workspace import Workspace
 
 MAX_K = 1000
+LAYERS = ("bm25", "dense")
+
+
+def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings: list[str],
+                bm25_fallback: bool) -> list[tuple]:
+    """Each dense wiki's nearest passages; the question is embedded once per embedding model."""
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for w, idx in enumerate(indexes):
+        if idx.dense is not None:
+            groups.setdefault((idx.dense.model, idx.dense.api_base), []).append(w)
+    rows = []
+    fallback = "searched with BM25 only" if bm25_fallback else "left out"
+    for (model, api_base), members in groups.items():
+        try:
+            vector = embeddings.get(model, api_base).embed([question])[0]
+        except EmbeddingError as exc:
+            names = ", ".join(indexes[w].wiki for w in members)
+            warnings.append(f"dense layer of {names} unavailable ({exc}): {fallback}")
+            continue
+        for w in members:
+            idx = indexes[w]
+            dense_store = dense.store()
+            dense_store.ensure(idx.wiki, idx.build_id, idx.folder / "dense", idx.dense)
+            ids, scores = dense_store.search(idx.wiki, vector, idx.dense.model_id, depth)
+            rows.append((np.full(len(ids), w), np.ones(len(ids), dtype=np.int64), ids,
+                         np.arange(1, len(ids) + 1), scores))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -142,12 +171,14 @@ DEFAULT_CACHE = IndexCache()
 
 def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,
            clearance: Level | str, k: int | None = None, fusion: str | None = None,
-           cache: IndexCache | None = None) -> SearchResult:
+           layers: tuple[str, ...] = LAYERS, cache: IndexCache | None = None) -> SearchResult:
     """Search ``composition`` for ``question`` as a caller with ``clearance``.
 
+    ``layers`` limits the layers used (``("bm25",)``, ``("dense",)``; default: every layer a wiki has).
     Raises AccessDenied if the composition (or any of its wikis) is above the clearance,
-    CompositionError/NotFound for a bad composition, QueryError for a bad ``k`` or fusion, and
-    IndexMissing only when no wiki of the composition has an index (otherwise a warning).
+    CompositionError/NotFound for a bad composition, QueryError for a bad ``k``, fusion or layer, and
+    IndexMissing only when no wiki of the composition has an index (otherwise a warning). A dense layer
+    that cannot be used (missing, model unavailable) is a warning: that wiki is searched with BM25.
     """
     started = time.perf_counter()
     clearance = Level.parse(clearance)
@@ -158,6 +189,9 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
     if not 1 <= k <= MAX_K:
         raise QueryError(f"k must be between 1 and {MAX_K}, not {k}")
     method = comp.fusion if fusion is None else fusion_mod.get(fusion)
+    unknown = set(layers) - set(LAYERS)
+    if unknown or not layers:
+        raise QueryError(f"unknown layer(s) {sorted(unknown)}: use {', '.join(LAYERS)}")
     cache = cache or DEFAULT_CACHE
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
@@ -170,18 +204,29 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
             warnings.append(str(exc))
             continue
         warnings += index_warnings
+        if wiki.manifest.layers.dense is not None and loaded.dense is None and "dense" in layers:
+            warnings.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
+                            f"run 'wikirag build {wiki.name}'; searched with BM25 only")
         indexes.append(loaded)
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
     cols = view.bm25.columns(tokens)
-    hits = view.bm25.search_columns(cols, method.depth(k), method.scoring)
+    depth = method.depth(k)
+    rows = []
+    if "bm25" in layers:
+        hits = view.bm25.search_columns(cols, depth, method.scoring)
+        rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
+    if "dense" in layers:
+        rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
+    wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
+    order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
     candidates = Candidates(
-        wikis=view.names, layers=("bm25",), stats=view.stats,
+        wikis=view.names, layers=LAYERS, stats=view.stats,
         weights=np.array([comp.weight(name) for name in view.names], dtype=np.float64),
-        wiki=hits.wiki, layer=np.zeros(len(hits.wiki), dtype=np.int64), chunk=hits.chunk,
-        rank=hits.rank, score=hits.score.astype(np.float64),
+        wiki=wiki[order].astype(np.int64), layer=layer[order].astype(np.int64), chunk=chunk[order].astype(np.int64),
+        rank=rank[order].astype(np.int64), score=score[order].astype(np.float64),
         term_counts=view.bm25.term_counts(cols) if method.term_stats else None,
         wiki_tokens=view.bm25.wiki_tokens,
     )
@@ -191,7 +236,7 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions))
     hint = None
-    if not passages:
+    if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
                 if not tokens else "no passage contains any of the question's terms: try other words")
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started)

