@@ -13,22 +13,26 @@ Four calls cover the library::
 
 __version__ = "0.1.0"
 
-from .access import Level
-from .composition import Composition
-from .errors import (
-    AccessDenied,
-    BuildError,
-    CompositionError,
-    IndexMissing,
-    ManifestError,
-    NotFound,
-    QueryError,
-    WikiragError,
-)
-from .index import BuildReport, IndexStatus, build, status
-from .search import Passage, SearchResult, search
-from .wiki import Wiki
-from .workspace import Workspace
+# Names are imported on first use (PEP 562), so that `import wikirag.users` or `wikirag --help` do not
+# pay for numpy, bm25s and scipy.
+_EXPORTS = {
+    "Level": "access", "Composition": "composition", "AccessDenied": "errors", "BuildError": "errors",
+    "CompositionError": "errors", "IndexMissing": "errors", "ManifestError": "errors", "NotFound": "errors",
+    "QueryError": "errors", "WikiragError": "errors", "BuildReport": "index", "IndexStatus": "index",
+    "build": "index", "status": "index", "Passage": "search", "SearchResult": "search", "search": "search",
+    "Wiki": "wiki", "Workspace": "workspace",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'wikirag' has no attribute {name!r}")
+
 
 __all__ = [
     "AccessDenied",

@@ -302,6 +302,93 @@ def serve_model(port, threads, background, stop, status):
         localmodel.serve(port, threads, record=True)
 
 
+@cli.command()
+@click.option("--port", type=int, default=8501, show_default=True, help="Port to serve on.")
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
+@click.pass_context
+def app(ctx, port, address):
+    """Start the web app (chat, compare, knowledge base) on this workspace.
+
+    Runs 'streamlit run app.py' with the flags it needs: headless, no usage statistics, no file
+    watcher. app.py is looked for in the workspace, then beside the installed package.
+
+    Example: wikirag app --port 8501   (then open http://127.0.0.1:8501 and sign in)
+    """
+    import subprocess
+
+    ws = _workspace(ctx)
+    candidates = [ws.home / "app.py", Path(__file__).resolve().parent.parent / "app.py"]
+    script = next((c for c in candidates if c.is_file()), None)
+    if script is None:
+        raise WikiragError("app.py not found in the workspace or beside the package: run from the repository")
+    command = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
+               "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
+               "--browser.gatherUsageStats", "false"]
+    click.echo(f"wikirag app on http://{address}:{port} (workspace {ws.home}); Ctrl-C stops it", err=True)
+    env = {**os.environ, "WIKIRAG_HOME": str(ws.home)}
+    raise SystemExit(subprocess.call(command, cwd=script.parent, env=env))
+
+
+@cli.group(cls=_Group)
+def user():
+    """Manage the app's local accounts (users.yaml in the workspace, or $WIKIRAG_USERS).
+
+    Example: wikirag user add alice --clearance internal
+    """
+
+
+@user.command(name="add")
+@click.argument("name")
+@click.option("--clearance", type=click.Choice(LEVEL_NAMES), required=True, help="The user's clearance.")
+@click.option("--can-build", is_flag=True, help="May rebuild wikis from the portal.")
+@click.password_option(help="The password (prompted for, twice, when not given).")
+@click.pass_context
+def user_add(ctx, name, clearance, can_build, password):
+    """Add or update an account; the password is stored only as a bcrypt hash.
+
+    Example: wikirag user add alice --clearance internal --can-build
+    """
+    from .users import UserStore
+
+    store = UserStore.for_home(_workspace(ctx).home)
+    if store.is_demo:  # never add real accounts to the bundled demo file
+        store = UserStore(_workspace(ctx).home / "users.yaml")
+    store.add(name, password, clearance, can_build)
+    click.echo(f"{name}: {clearance}{' (can build)' if can_build else ''} saved in {store.path}")
+
+
+@user.command(name="remove")
+@click.argument("name")
+@click.pass_context
+def user_remove(ctx, name):
+    """Remove an account.
+
+    Example: wikirag user remove alice
+    """
+    from .users import UserStore
+
+    store = UserStore.for_home(_workspace(ctx).home)
+    if store.is_demo or not store.remove(name):
+        raise WikiragError(f"no account '{name}' in {store.path}")
+    click.echo(f"{name} removed")
+
+
+@user.command(name="list")
+@click.pass_context
+def user_list(ctx):
+    """List the accounts and their clearances (never the password hashes).
+
+    Example: wikirag user list
+    """
+    from .users import UserStore
+
+    store = UserStore.for_home(_workspace(ctx).home)
+    for name, account in sorted(store.load().users.items()):
+        click.echo(f"{name:<24} {account.clearance}{'  can build' if account.can_build else ''}")
+    if store.is_demo:
+        click.echo("(the bundled demo accounts: add real ones with 'wikirag user add')", err=True)
+
+
 def _print_sources(result) -> None:
     if not result.passages:
         return

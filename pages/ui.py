@@ -1,0 +1,150 @@
+"""Shared pieces of the app's pages: the workspace, the signed-in user, and how results are shown.
+
+Nothing here retrieves or decides access: that is the ``wikirag`` library's job. This module holds
+the Streamlit side only: cached resources, the session's user, and rendering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+
+import streamlit as st
+
+from wikirag.users import AuthError, User, UserStore, sso_user
+from wikirag.workspace import Workspace
+
+SESSION_HOURS = 8  # a sign-in lasts this long, then the user signs in again
+
+
+@st.cache_resource
+def workspace() -> Workspace:
+    """One workspace per process (indexes load once and are shared by every session)."""
+    return Workspace.locate()
+
+
+@st.cache_resource
+def warm_up() -> threading.Thread:
+    """Once per process, in the background: load every index, merged view and embedding model, so the
+    first question (typically asked a few seconds after the sign-in page appears) is already fast."""
+
+    def load() -> None:
+        time.sleep(1.0)  # let the first page render before competing with it for the interpreter
+        from wikirag.search import search
+
+        ws = workspace()
+        for name in ws.composition_names():
+            with contextlib.suppress(Exception):  # a broken composition is reported where it is used
+                comp = ws.composition(name)
+                search(ws, comp, "warm up", clearance=comp.level, k=1)
+
+    thread = threading.Thread(target=load, name="wikirag-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+@st.cache_resource
+def user_store() -> UserStore:
+    return UserStore.for_home(workspace().home)
+
+
+def sso_configured() -> bool:
+    """True when ``[auth]`` is set in ``.streamlit/secrets.toml`` (Streamlit's OIDC sign-in)."""
+    try:
+        return "auth" in st.secrets
+    except Exception:  # noqa: BLE001 - no secrets file at all
+        return False
+
+
+def current_user() -> User | None:
+    """The session's user: signed in with a password, or through single sign-on. Expired → None."""
+    user, since = st.session_state.get("user"), st.session_state.get("signed_in_at", 0.0)
+    if user is not None and time.time() - since > SESSION_HOURS * 3600:
+        sign_out()
+        return None
+    if user is None and sso_configured() and getattr(st.user, "is_logged_in", False):
+        try:
+            user = sso_user(str(st.user.get("email", "")), workspace().home)
+        except AuthError as exc:
+            st.error(str(exc))
+            return None
+        sign_in(user)
+    return user
+
+
+def sign_in(user: User) -> None:
+    st.session_state.clear()  # nothing from before the sign-in survives it
+    st.session_state["user"] = user
+    st.session_state["signed_in_at"] = time.time()
+
+
+def sign_out() -> None:
+    via = getattr(st.session_state.get("user"), "via", None)
+    st.session_state.clear()
+    if via == "sso":
+        st.logout()
+
+
+def require_user() -> User:
+    """The signed-in user; a page run without one shows nothing."""
+    user = current_user()
+    if user is None:
+        st.warning("Please sign in.")
+        st.stop()
+    return user
+
+
+def default_model() -> str:
+    import os
+
+    from wikirag.answer import DEFAULT_MODEL, MODEL_ENV
+
+    return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+
+
+def sidebar(user: User) -> None:
+    with st.sidebar:
+        st.markdown(f"Signed in as **{user.name}**  \nclearance: `{user.clearance}`")
+        st.button("Sign out", icon=":material/logout:", on_click=sign_out)
+
+
+def passage_link(p, key: str) -> None:
+    """A link to the passage's page in the portal, with the cited characters highlighted."""
+    st.page_link("pages/portal.py", label=f"Open {p.wiki}/{p.path}:{p.line}", icon=":material/open_in_new:",
+                 query_params={"wiki": p.wiki, "path": p.path, "start": str(p.start), "end": str(p.end)})
+
+
+def show_passage(p, n: int, key: str) -> None:
+    from wikirag.prompt import label
+
+    st.caption(f"[{n}] {label(p)}")
+    with st.container(border=True):
+        # a passage is a fragment of a page: its headings are shown small, not as page titles
+        st.markdown(re.sub(r"^ {0,3}#{1,6}(?=\s)", "#####", p.text, flags=re.MULTILINE))
+    passage_link(p, key)
+
+
+def show_result(result, key: str) -> None:
+    """Citations (each opens its passage), the passages, errors and timings of an answer."""
+    if result.error:
+        st.error(f"The model failed: {result.error}. The passages it was given are below.")
+    for warning in result.warnings:
+        st.warning(warning)
+    if result.invalid_citations:
+        st.warning(f"The answer cites {result.invalid_citations}, which name no passage.")
+    cited = {c.n for c in result.citations}
+    if result.citations:
+        columns = st.columns(min(len(result.citations), 5))
+        for i, c in enumerate(result.citations):
+            p = result.passages[c.n - 1]
+            with columns[i % len(columns)].popover(f"[{c.n}] {p.wiki}/{p.path}:{p.line}", width="stretch"):
+                show_passage(p, c.n, f"{key}-pop-{c.n}")
+    if result.passages:
+        with st.expander(f"All {len(result.passages)} passages ({len(cited)} cited)"):
+            for n, p in enumerate(result.passages, start=1):
+                show_passage(p, n, f"{key}-all-{n}")
+    st.caption(f"retrieval {result.retrieval_seconds * 1000:.0f} ms · generation "
+               f"{result.generation_seconds:.2f} s · {result.model}"
+               + (f" · {result.prompt_tokens}+{result.completion_tokens} tokens" if result.prompt_tokens else ""))

@@ -1,0 +1,190 @@
+"""The web app's pages with streamlit.testing.AppTest: sign-in gate, clearance filtering, chat, compare,
+portal. A public user must see nothing internal anywhere (markers are planted in the example wikis)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from wikirag import Workspace, build
+from wikirag.access import Level
+from wikirag.users import User
+
+REPO = Path(__file__).resolve().parent.parent
+INTERNAL = ["NWL-INTERNAL-3K8P", "engineering-handbook", "Northwind"]
+CONFIDENTIAL = ["NWL-CONFIDENTIAL-7Q4Z", "security-runbooks"]
+
+
+@pytest.fixture(scope="module")
+def app_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A copy of the bundled examples, built, as the app's workspace (the repository is never written)."""
+    home = tmp_path_factory.mktemp("app") / "ws"
+    for part in ("wikis", "rags"):
+        shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns(".index"))
+    ws = Workspace(home)
+    for name in ws.wiki_names():
+        build(ws.wiki(name))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WIKIRAG_HOME", str(home))
+        mp.delenv("WIKIRAG_USERS", raising=False)
+        mp.delenv("WIKIRAG_MODEL", raising=False)
+        yield home
+
+
+def _app(app_home: Path, user: User | None = None, page: str | None = None, **params: str) -> AppTest:
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    if user is not None:
+        at.session_state["user"] = user
+        at.session_state["signed_in_at"] = time.time()
+    for key, value in params.items():
+        at.query_params[key] = value
+    if page:
+        at.switch_page(page)
+    return at.run()
+
+
+def _text(at: AppTest) -> str:
+    """Everything the page shows (every element's protobuf, as text)."""
+    def walk(node) -> list[str]:
+        children = getattr(node, "children", None) or {}
+        children = children.values() if isinstance(children, dict) else children
+        return [str(getattr(node, "proto", ""))] + [t for child in children for t in walk(child)]
+    return "\n".join(walk(at._tree))
+
+
+PUBLIC = User("demo-public", Level.PUBLIC)
+INTERNAL_USER = User("demo-internal", Level.INTERNAL)
+BUILDER = User("demo-confidential", Level.CONFIDENTIAL, can_build=True)
+
+
+@pytest.mark.parametrize("page", [None, "pages/chat.py", "pages/compare.py", "pages/portal.py"])
+def test_nothing_is_shown_before_sign_in(app_home: Path, page: str | None) -> None:
+    at = _app(app_home, None, page, wiki="brewing", path="methods/v60.md")
+    assert not at.exception
+    # the router shows only the sign-in page; a page reached anyway stops at its own check
+    assert [t.value for t in at.title] == ["wikirag"] or [w.value for w in at.warning] == ["Please sign in."]
+    shown = _text(at)
+    for secret in ["V60", "brewing/", "Grind", *INTERNAL, *CONFIDENTIAL]:
+        assert secret not in shown
+
+
+@pytest.mark.parametrize(("name", "password"), [("demo-internal", "wrong-password"), ("nobody", "whatever-pw")])
+def test_a_failed_sign_in_does_not_say_whether_the_user_exists(app_home: Path, name: str, password: str) -> None:
+    at = _app(app_home)
+    at.text_input[0].input(name)
+    at.text_input[1].input(password)
+    at.button[0].click().run()
+    assert [e.value for e in at.error] == ["Wrong user name or password."]
+    assert "user" not in at.session_state
+
+
+def test_sign_in_and_out(app_home: Path) -> None:
+    at = _app(app_home)
+    at.text_input[0].input("demo-internal")
+    at.text_input[1].input("demo-internal-pw")
+    at.button[0].click().run()
+    assert at.session_state["user"].clearance == Level.INTERNAL
+    at = _app(app_home, at.session_state["user"])  # the router, signed in
+    assert [t.value for t in at.title] == ["Chat"]
+    assert "clearance: `internal`" in at.sidebar.markdown[0].value
+    at.sidebar.button[0].click().run()  # sign out
+    assert "user" not in at.session_state
+    at.run()
+    assert not at.chat_input and "Signed in as" not in _text(at)
+
+
+@pytest.mark.parametrize("page", ["pages/chat.py", "pages/compare.py", "pages/portal.py"])
+def test_a_public_user_sees_nothing_internal(app_home: Path, page: str) -> None:
+    at = _app(app_home, PUBLIC, page)
+    assert not at.exception
+    shown = _text(at)
+    for secret in [*INTERNAL, *CONFIDENTIAL, "engineering", "security"]:
+        assert secret not in shown, f"{secret} leaked on {page}"
+    if page == "pages/chat.py":
+        options = at.selectbox[0].options
+        assert len(options) == 2 and options[0].startswith("public-help") and options[1] == "Ad hoc: pick wikis…"
+
+
+def test_a_public_user_chat_and_ad_hoc_wikis(app_home: Path) -> None:
+    at = _app(app_home, PUBLIC, "pages/chat.py")
+    at.selectbox[0].select("Ad hoc: pick wikis…").run()
+    assert at.multiselect[0].options == ["brewing", "wikirag-guide"]
+    at.chat_input[0].set_value("Who approves a production deploy, and what is the SEV2 response time?").run()
+    shown = _text(at)
+    for secret in [*INTERNAL, *CONFIDENTIAL]:
+        assert secret not in shown
+
+
+@pytest.mark.parametrize("wiki,path", [
+    ("engineering-handbook", "operations/deploying.md"),      # above the user's clearance
+    ("security-runbooks", "leaked-api-key.md"),
+    ("brewing", "../engineering-handbook/operations/deploying.md"),  # path traversal
+    ("brewing", "%2e%2e/engineering-handbook/operations/deploying.md"),
+    ("brewing", "/etc/passwd"),
+    ("brewing", "index.md"),                                   # not an indexed page
+    ("../wikis/engineering-handbook", "code-review.md"),
+])
+def test_page_view_by_url_refuses_what_the_user_may_not_see(app_home: Path, wiki: str, path: str) -> None:
+    at = _app(app_home, PUBLIC, "pages/portal.py", wiki=wiki, path=path)
+    assert not at.exception
+    assert [e.value for e in at.error] == ["That page does not exist, or you may not see it."]
+    shown = _text(at)
+    for secret in [*CONFIDENTIAL, "NWL-INTERNAL-3K8P", "root:"]:
+        assert secret not in shown
+
+
+def test_page_view_highlights_the_cited_characters(app_home: Path) -> None:
+    source = (app_home / "wikis/brewing/methods/v60.md").read_text(encoding="utf-8")
+    start = source.index("## ")
+    end = source.index("\n\n", start + 4)
+    at = _app(app_home, PUBLIC, "pages/portal.py", wiki="brewing", path="methods/v60.md",
+              start=str(start), end=str(end))
+    assert not at.exception and not at.error
+    assert any("Cited passage" in c.value for c in at.caption)
+    assert any(source[start:end] == m.value for m in at.markdown)
+
+
+def test_chat_round_trip_with_the_offline_default(app_home: Path) -> None:
+    at = _app(app_home, INTERNAL_USER, "pages/chat.py")
+    at.selectbox[0].select("engineering").run()
+    assert at.text_input[0].value == "extractive"
+    at.chat_input[0].set_value("How fast must a SEV2 page be acknowledged?").run()
+    assert not at.exception
+    messages = at.chat_message
+    assert [m.name for m in messages] == ["user", "assistant"]
+    answer = messages[1].markdown[0].value
+    assert "[1]" in answer or "[2]" in answer
+    assert any("retrieval" in c.value and "extractive" in c.value for c in at.caption)
+    # the history survives a rerun
+    at.run()
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+
+
+def test_compare_two_compositions(app_home: Path) -> None:
+    at = _app(app_home, INTERNAL_USER, "pages/compare.py")
+    at.multiselect[0].set_value(["public-help", "engineering"])
+    at.text_input[1].input("How do I rebuild a wiki after editing a page?")
+    at.button[0].click().run()
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["public-help", "engineering"]
+    summary = [c.value for c in at.caption if "passages:" in c.value]
+    assert len(summary) == 2 and all("shared" in s and "unique" in s for s in summary)
+
+
+def test_portal_lists_status_and_rebuilds(app_home: Path) -> None:
+    at = _app(app_home, BUILDER, "pages/portal.py")
+    assert not at.exception
+    assert "security-runbooks" in _text(at)
+    at.selectbox[0].select("brewing")
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("brewing: " in s.label and ("built" in s.label or "up to date" in s.label) for s in at.status)
+    public = _app(app_home, PUBLIC, "pages/portal.py")
+    assert not public.button  # no rebuild for users who may not build

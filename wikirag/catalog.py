@@ -1,0 +1,138 @@
+"""What a user may see: wikis, compositions and pages at or below a clearance, and comparisons.
+
+The app's pages call these; every function takes the caller's clearance and never returns anything
+above it. A page is read only if it is one of the wiki's own source files (the same files a build
+reads), so a path from a URL cannot reach outside the wiki: ``../``, absolute paths, symlinks out of
+the source root and URL-encoded tricks all fail the same way, with :class:`NotFound`.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import index as index_mod
+from .access import Level
+from .answer import Answer, AnswerResult, answer
+from .chunking import parse_page
+from .composition import Composition
+from .errors import NotFound, WikiragError
+from .index import IndexStatus
+from .sources import decode, discover
+from .wiki import Wiki
+from .workspace import Workspace
+
+log = logging.getLogger("wikirag.access")
+
+
+@dataclass(frozen=True)
+class WikiInfo:
+    """A wiki as the portal lists it."""
+
+    wiki: Wiki
+    status: IndexStatus
+
+    @property
+    def name(self) -> str:
+        return self.wiki.name
+
+
+def visible_wikis(ws: Workspace, clearance: Level | str) -> list[WikiInfo]:
+    """Wikis at or below ``clearance`` (broken manifests are skipped: ``wikirag check`` reports them)."""
+    level = Level.parse(clearance)
+    out = []
+    for name in ws.wiki_names():
+        try:
+            wiki = ws.wiki(name)
+        except WikiragError:
+            continue
+        if wiki.level <= level:
+            out.append(WikiInfo(wiki, index_mod.status(wiki)))
+    return out
+
+
+def visible_compositions(ws: Workspace, clearance: Level | str) -> list[Composition]:
+    """Compositions at or below ``clearance`` that load without errors."""
+    out = []
+    for name in ws.composition_names():
+        try:
+            comp = ws.composition(name, clearance)
+        except WikiragError:
+            continue
+        out.append(comp)
+    return out
+
+
+def _visible_wiki(ws: Workspace, name: str, clearance: Level | str) -> Wiki:
+    """The wiki, if the caller may see it; otherwise NotFound (the same answer as for no such wiki)."""
+    try:
+        wiki = ws.wiki(name)
+    except WikiragError:
+        wiki = None
+    if wiki is None or wiki.level > Level.parse(clearance):
+        log.warning("refused wiki %r to a caller with clearance %s", name, clearance)
+        raise NotFound(f"no wiki '{name}' that you may see")
+    return wiki
+
+
+def wiki_pages(ws: Workspace, name: str, clearance: Level | str) -> list[str]:
+    """The wiki's source pages (paths relative to its source root), as a build would read them."""
+    return [f.path for f in discover(_visible_wiki(ws, name, clearance)).files]
+
+
+@dataclass(frozen=True)
+class PageView:
+    """A page to show: its text without frontmatter, the frontmatter, and its tags."""
+
+    wiki: str
+    path: str
+    text: str
+    body_start: int
+    frontmatter: dict = field(default_factory=dict)
+
+
+def read_page(ws: Workspace, name: str, path: str, clearance: Level | str) -> PageView:
+    """Read one page of a wiki the caller may see. ``path`` must be one of the wiki's source pages."""
+    wiki = _visible_wiki(ws, name, clearance)
+    wanted = urllib.parse.unquote(path or "")
+    found = {f.path: f for f in discover(wiki).files}
+    source = found.get(wanted)
+    if source is None:
+        log.warning("refused page %r of wiki %r (not one of its pages)", path, name)
+        raise NotFound(f"no page '{path}' in wiki '{name}'")
+    text, reason = decode(source.abspath.read_bytes())
+    if text is None:
+        raise NotFound(f"page '{path}' cannot be shown: {reason}")
+    page = parse_page(text)
+    return PageView(wiki.name, source.path, text, page.body_start, page.frontmatter)
+
+
+@dataclass
+class Comparison:
+    """One question answered by several compositions: each result, and which passages are shared."""
+
+    question: str
+    results: dict[str, AnswerResult]
+
+    def passage_key(self, result: AnswerResult, n: int) -> tuple[str, str, int, int]:
+        p = result.passages[n]
+        return (p.wiki, p.path, p.start, p.end)
+
+    def shared(self) -> set[tuple[str, str, int, int]]:
+        """Passages retrieved by two or more of the compositions."""
+        seen: dict[tuple, int] = {}
+        for result in self.results.values():
+            for key in {self.passage_key(result, n) for n in range(len(result.passages))}:
+                seen[key] = seen.get(key, 0) + 1
+        return {key for key, count in seen.items() if count > 1}
+
+
+def compare(ws: Workspace, compositions: list[str], question: str, *, clearance: Level | str,
+            model: str | None = None, k: int | None = None) -> Iterator[tuple[str, Answer]]:
+    """Start an answer per composition (2 to 4), in order; each is refused if above ``clearance``."""
+    if not 2 <= len(compositions) <= 4:
+        raise WikiragError("compare two to four compositions")
+    for name in compositions:
+        yield name, answer(ws, name, question, clearance=clearance, model=model, k=k)
