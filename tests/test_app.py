@@ -30,11 +30,15 @@ def app_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ws = Workspace(home)
     for name in ws.wiki_names():
         build(ws.wiki(name))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WIKIRAG_HOME", str(home))
-        mp.delenv("WIKIRAG_USERS", raising=False)
-        mp.delenv("WIKIRAG_MODEL", raising=False)
-        yield home
+    yield home
+
+
+@pytest.fixture(autouse=True)
+def _app_env(app_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the app at the copy (after conftest's clean environment, which unsets WIKIRAG_HOME)."""
+    monkeypatch.setenv("WIKIRAG_HOME", str(app_home))
+    monkeypatch.delenv("WIKIRAG_USERS", raising=False)
+    monkeypatch.delenv("WIKIRAG_MODEL", raising=False)
 
 
 def _app(app_home: Path, user: User | None = None, page: str | None = None, **params: str) -> AppTest:
