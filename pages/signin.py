@@ -1,12 +1,26 @@
 """Sign in with a local account, or with single sign-on when it is configured."""
 
+import secrets
+
 import streamlit as st
 
 from pages import ui
+from wikirag.errors import WikiragError
 from wikirag.users import AuthError
 
 st.title("wikirag")
 st.caption("Answers from your team's wikis, with citations you can check. Sign in to continue.")
+
+store = ui.user_store()
+try:
+    accounts = store.load().users
+except WikiragError as exc:  # e.g. a users file holding a published demo password outside demo mode
+    st.error(f"The accounts file is not usable: {exc}")
+    st.stop()
+if not accounts and not ui.sso_configured():
+    st.error("No accounts are set up. Add one with `wikirag user add NAME --clearance LEVEL`, "
+             "or start the app with `wikirag app --demo` to use the demo accounts.")
+    st.stop()
 
 with st.form("signin"):
     name = st.text_input("User name")
@@ -14,7 +28,8 @@ with st.form("signin"):
     submitted = st.form_submit_button("Sign in", type="primary")
 if submitted:
     try:
-        ui.sign_in(ui.user_store().authenticate(name, password))
+        client = st.session_state.setdefault("client", secrets.token_hex(8))
+        ui.sign_in(store.authenticate(name, password, client=client))
         st.rerun()
     except AuthError as exc:
         st.error(f"{str(exc).capitalize()}.")
@@ -22,6 +37,6 @@ if submitted:
 if ui.sso_configured():
     st.button("Sign in with single sign-on", on_click=st.login, icon=":material/key:")
 
-if ui.user_store().is_demo:
+if store.is_demo:
     st.info("Demo accounts (demo only, see README): `demo-public` / `demo-public-pw`, "
             "`demo-internal` / `demo-internal-pw`, `demo-confidential` / `demo-confidential-pw`.")

@@ -13,7 +13,8 @@ import time
 
 import streamlit as st
 
-from wikirag.users import AuthError, User, UserStore, sso_user
+from wikirag.errors import ConfigError
+from wikirag.users import AuthError, User, UserStore, check_cookie_secret, sso_user
 from wikirag.workspace import Workspace
 
 SESSION_HOURS = 8  # a sign-in lasts this long, then the user signs in again
@@ -51,11 +52,20 @@ def user_store() -> UserStore:
 
 
 def sso_configured() -> bool:
-    """True when ``[auth]`` is set in ``.streamlit/secrets.toml`` (Streamlit's OIDC sign-in)."""
+    """True when ``[auth]`` is set in ``.streamlit/secrets.toml`` (Streamlit's OIDC sign-in). A cookie
+    secret that is missing, short or an example stops the app with the fix."""
     try:
-        return "auth" in st.secrets
+        auth = st.secrets.get("auth") if "auth" in st.secrets else None
     except Exception:  # noqa: BLE001 - no secrets file at all
         return False
+    if auth is None:
+        return False
+    try:
+        check_cookie_secret(auth.get("cookie_secret"))
+    except ConfigError as exc:
+        st.error(f"Single sign-on is misconfigured: {exc}")
+        st.stop()
+    return True
 
 
 def current_user() -> User | None:

@@ -37,6 +37,7 @@ def app_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _app_env(app_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Point the app at the copy (after conftest's clean environment, which unsets WIKIRAG_HOME)."""
     monkeypatch.setenv("WIKIRAG_HOME", str(app_home))
+    monkeypatch.setenv("WIKIRAG_DEMO", "1")
     monkeypatch.delenv("WIKIRAG_USERS", raising=False)
     monkeypatch.delenv("WIKIRAG_MODEL", raising=False)
 

@@ -45,7 +45,7 @@ def app_url(tmp_path_factory: pytest.TempPathFactory):
     for name in ws.wiki_names():
         build(ws.wiki(name))
     port = _free_port()
-    env = {**os.environ, "WIKIRAG_HOME": str(home), "WIKIRAG_CACHE": str(home / "cache")}
+    env = {**os.environ, "WIKIRAG_HOME": str(home), "WIKIRAG_CACHE": str(home / "cache"), "WIKIRAG_DEMO": "1"}
     env.pop("WIKIRAG_USERS", None)
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),

@@ -13,12 +13,45 @@ from wikirag.errors import ConfigError
 from wikirag.users import AuthError, UserStore, sso_user
 
 
-def test_demo_accounts_apply_only_without_a_users_file(tmp_path: Path) -> None:
+def test_demo_accounts_apply_only_in_demo_mode_without_a_users_file(tmp_path: Path, monkeypatch) -> None:
+    outside = UserStore.for_home(tmp_path)
+    assert not outside.is_demo and outside.load().users == {}
+    with pytest.raises(AuthError):
+        outside.authenticate("demo-internal", "demo-internal-pw")
+    monkeypatch.setenv("WIKIRAG_DEMO", "1")
     store = UserStore.for_home(tmp_path)
     assert store.is_demo
     assert store.authenticate("demo-internal", "demo-internal-pw").clearance == Level.INTERNAL
     (tmp_path / "users.yaml").write_text("users: {}\n")
     assert not UserStore.for_home(tmp_path).is_demo
+
+
+def test_a_copied_demo_account_is_refused_outside_demo_mode(tmp_path: Path) -> None:
+    demo = (Path(__file__).parent.parent / "wikirag" / "demo_users.yaml").read_text()
+    (tmp_path / "users.yaml").write_text(demo)
+    with pytest.raises(ConfigError, match="use a demo password, which is published"):
+        UserStore.for_home(tmp_path).authenticate("demo-public", "demo-public-pw")
+
+
+def test_failed_sign_ins_are_rate_limited(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "users.yaml")
+    store.add("alice", "correct horse battery", "internal")
+    for _ in range(5):
+        with pytest.raises(AuthError, match="wrong user name or password"):
+            store.authenticate("alice", "guess", client="browser-1")
+    with pytest.raises(AuthError, match="too many failed sign-ins: try again in"):
+        store.authenticate("alice", "correct horse battery", client="browser-2")  # the name is locked
+    with pytest.raises(AuthError, match="too many failed sign-ins"):
+        store.authenticate("bob", "anything", client="browser-1")  # and so is the client
+
+
+def test_the_sso_cookie_secret_must_be_real() -> None:
+    from wikirag.users import check_cookie_secret
+
+    for bad in (None, "", "short", "change-me-" + "x" * 40, "example" + "y" * 40):
+        with pytest.raises(ConfigError, match="cookie_secret .* must be a random secret"):
+            check_cookie_secret(bad)
+    check_cookie_secret("k3J8s0dPq9ZrT2vW7xY1aB4cD6eF8gH0iJ2kL5mN")
 
 
 def test_add_stores_only_a_bcrypt_hash(tmp_path: Path) -> None:

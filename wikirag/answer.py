@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import extractive, localmodel
+from . import audit, extractive, localmodel
 from .access import Level
 from .composition import Composition
+from .errors import AccessDenied, CompositionError
 from .llm import ChatStream, ContextTooLong, ModelError, check_keys
 from .prompt import Citation, build_messages, check_citations
-from .search import Passage, search
+from .search import Passage, audit_fields, search
 from .workspace import Workspace
 
 MODEL_ENV = "WIKIRAG_MODEL"
@@ -69,8 +70,10 @@ class AnswerResult:
 class Answer:
     """An answer being generated: iterate for text chunks, then read :attr:`result`."""
 
-    def __init__(self, result: AnswerResult, api_base: str | None, timeout: float):
+    def __init__(self, result: AnswerResult, api_base: str | None, timeout: float,
+                 on_done: Callable[[AnswerResult], None] | None = None):
         self._result, self._api_base, self._timeout = result, api_base, timeout
+        self._on_done = on_done
         self._done = False
 
     @property
@@ -102,6 +105,8 @@ class Answer:
             check = check_citations(r.text, r.passages)
             r.citations, r.invalid_citations, r.uncited = check.citations, check.invalid, check.uncited
             self._done = True
+            if self._on_done is not None:
+                self._on_done(r)
 
     def _generate(self, started: float) -> Iterator[str]:
         r = self._result
@@ -149,12 +154,29 @@ def resolve_model(composition: Composition, model: str | None, api_base: str | N
 
 def answer(workspace: Workspace, composition: str | Path | Composition, question: str, *,
            clearance: Level | str, model: str | None = None, api_base: str | None = None,
-           k: int | None = None, fusion: str | None = None, timeout: float = 60.0) -> Answer:
+           k: int | None = None, fusion: str | None = None, timeout: float = 60.0,
+           user: str | None = None) -> Answer:
     """Retrieve passages for ``question`` now (raising on access or composition errors) and return an
-    :class:`Answer` that generates the grounded answer when iterated."""
-    comp = workspace.composition(composition, clearance)
-    found = search(workspace, comp, question, clearance=clearance, k=k, fusion=fusion)
+    :class:`Answer` that generates the grounded answer when iterated. The finished answer is recorded
+    in the audit log (passage ids and cited ids, no text)."""
+    level = Level.parse(clearance)
+    who = user or audit.default_user()
+    comp = _composition(workspace, composition, level, who)
+    found = search(workspace, comp, question, clearance=level, k=k, fusion=fusion, user=who, audit_event=None)
     chosen, base = resolve_model(comp, model, api_base)
     result = AnswerResult(question, comp.name, chosen, passages=found.passages, warnings=list(found.warnings),
                           retrieval_seconds=found.seconds)
-    return Answer(result, base, timeout)
+
+    def done(r: AnswerResult) -> None:
+        audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,
+                     cited=[audit.passage_id(r.passages[c.n - 1]) for c in r.citations], error=r.error)
+
+    return Answer(result, base, timeout, on_done=done)
+
+
+def _composition(workspace: Workspace, ref, level: Level, who: str) -> Composition:
+    try:
+        return workspace.composition(ref, level)
+    except (AccessDenied, CompositionError) as exc:
+        audit.record(workspace.home, "refused", user=who, clearance=level, asked=str(ref), reason=str(exc))
+        raise

@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from . import audit
 from . import index as index_mod
 from .access import Level
 from .answer import Answer, AnswerResult, answer
@@ -65,21 +66,22 @@ def visible_compositions(ws: Workspace, clearance: Level | str) -> list[Composit
     return out
 
 
-def _visible_wiki(ws: Workspace, name: str, clearance: Level | str) -> Wiki:
+def _visible_wiki(ws: Workspace, name: str, clearance: Level | str, user: str | None) -> Wiki:
     """The wiki, if the caller may see it; otherwise NotFound (the same answer as for no such wiki)."""
     try:
         wiki = ws.wiki(name)
     except WikiragError:
         wiki = None
     if wiki is None or wiki.level > Level.parse(clearance):
-        log.warning("refused wiki %r to a caller with clearance %s", name, clearance)
+        log.warning("refused wiki %r to %s (clearance %s)", name, user, clearance)
+        audit.record(ws.home, "page_refused", user=user, clearance=clearance, wiki=name, reason="no such wiki to see")
         raise NotFound(f"no wiki '{name}' that you may see")
     return wiki
 
 
-def wiki_pages(ws: Workspace, name: str, clearance: Level | str) -> list[str]:
+def wiki_pages(ws: Workspace, name: str, clearance: Level | str, user: str | None = None) -> list[str]:
     """The wiki's source pages (paths relative to its source root), as a build would read them."""
-    return [f.path for f in discover(_visible_wiki(ws, name, clearance)).files]
+    return [f.path for f in discover(_visible_wiki(ws, name, clearance, user)).files]
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,18 @@ class PageView:
     frontmatter: dict = field(default_factory=dict)
 
 
-def read_page(ws: Workspace, name: str, path: str, clearance: Level | str) -> PageView:
+def read_page(ws: Workspace, name: str, path: str, clearance: Level | str, user: str | None = None) -> PageView:
     """Read one page of a wiki the caller may see. ``path`` must be one of the wiki's source pages."""
-    wiki = _visible_wiki(ws, name, clearance)
+    wiki = _visible_wiki(ws, name, clearance, user)
     wanted = urllib.parse.unquote(path or "")
     found = {f.path: f for f in discover(wiki).files}
     source = found.get(wanted)
     if source is None:
-        log.warning("refused page %r of wiki %r (not one of its pages)", path, name)
+        log.warning("refused page %r of wiki %r to %s (not one of its pages)", path, name, user)
+        audit.record(ws.home, "page_refused", user=user, clearance=clearance, wiki=name, path=path,
+                     reason="not one of the wiki's pages")
         raise NotFound(f"no page '{path}' in wiki '{name}'")
+    audit.record(ws.home, "page", user=user, clearance=clearance, wiki=name, path=source.path)
     text, reason = decode(source.abspath.read_bytes())
     if text is None:
         raise NotFound(f"page '{path}' cannot be shown: {reason}")
@@ -130,9 +135,9 @@ class Comparison:
 
 
 def compare(ws: Workspace, compositions: list[str], question: str, *, clearance: Level | str,
-            model: str | None = None, k: int | None = None) -> Iterator[tuple[str, Answer]]:
+            model: str | None = None, k: int | None = None, user: str | None = None) -> Iterator[tuple[str, Answer]]:
     """Start an answer per composition (2 to 4), in order; each is refused if above ``clearance``."""
     if not 2 <= len(compositions) <= 4:
         raise WikiragError("compare two to four compositions")
     for name in compositions:
-        yield name, answer(ws, name, question, clearance=clearance, model=model, k=k)
+        yield name, answer(ws, name, question, clearance=clearance, model=model, k=k, user=user)

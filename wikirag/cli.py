@@ -305,14 +305,15 @@ def serve_model(port, threads, background, stop, status):
 @cli.command()
 @click.option("--port", type=int, default=8501, show_default=True, help="Port to serve on.")
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
+@click.option("--demo", is_flag=True, help="Demo mode: the bundled demo accounts work (their passwords are public).")
 @click.pass_context
-def app(ctx, port, address):
+def app(ctx, port, address, demo):
     """Start the web app (chat, compare, knowledge base) on this workspace.
 
     Runs 'streamlit run app.py' with the flags it needs: headless, no usage statistics, no file
     watcher. app.py is looked for in the workspace, then beside the installed package.
 
-    Example: wikirag app --port 8501   (then open http://127.0.0.1:8501 and sign in)
+    Example: wikirag app --demo   (then open http://127.0.0.1:8501 and sign in as demo-public)
     """
     import subprocess
 
@@ -326,6 +327,9 @@ def app(ctx, port, address):
                "--browser.gatherUsageStats", "false"]
     click.echo(f"wikirag app on http://{address}:{port} (workspace {ws.home}); Ctrl-C stops it", err=True)
     env = {**os.environ, "WIKIRAG_HOME": str(ws.home)}
+    if demo:
+        env["WIKIRAG_DEMO"] = "1"
+        click.echo("demo mode: the demo accounts of the README can sign in", err=True)
     raise SystemExit(subprocess.call(command, cwd=script.parent, env=env))
 
 
@@ -431,7 +435,7 @@ def list_(ctx, as_json, clearance):
         wikis.append({"name": name, "title": m.title, "description": m.description, "tags": m.tags,
                       "sensitivity": str(wiki.level), "files": state.files, "chunks": state.chunks,
                       "status": state.state, "built_at": state.built_at, "detail": state.detail,
-                      "dense": state.dense})
+                      "dense": state.dense, "level_changed": state.level_changed})
     for name in ws.composition_names():
         try:
             comp = ws.composition(name)
@@ -476,6 +480,9 @@ def check(ctx):
             continue
         if state.state != "fresh":
             click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
+        if state.level_changed:
+            click.echo(f"note: wiki '{name}' changed level since its build ({state.level_changed}): "
+                       f"run 'wikirag build {name}'", err=True)
         if state.dense in ("missing", "other model"):
             reason = "has none" if state.dense == "missing" else "was built with another model"
             click.echo(f"note: wiki '{name}' declares a dense layer but its index {reason}: "

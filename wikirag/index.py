@@ -77,6 +77,7 @@ class IndexStatus:
     chunks: int = 0
     changed: list[str] = field(default_factory=list)
     dense: str | None = None  # declared dense layer: "ok", "missing" or "other model"; None if not declared
+    level_changed: str | None = None  # "confidential → public" when .wiki.yaml's level changed since the build
 
 
 @dataclass(frozen=True)
@@ -404,6 +405,15 @@ def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Ch
     return None, chunks
 
 
+def level_change(manifest: dict, wiki: Wiki) -> str | None:
+    """``"old → new"`` when the wiki's level in ``.wiki.yaml`` differs from the one it was indexed under.
+
+    The level that applies is always the manifest's, read at query time; this only reports the change.
+    """
+    built = manifest.get("sensitivity")
+    return f"{built} → {wiki.level}" if built and built != str(wiki.level) else None
+
+
 def status(wiki: Wiki) -> IndexStatus:
     """Compare the serving build with the sources now: ``fresh``, ``stale``, ``missing``, ``incompatible``."""
     build_id = current_build_id(wiki)
@@ -419,7 +429,8 @@ def status(wiki: Wiki) -> IndexStatus:
     dense = None if declared is None else "missing" if not built else (
         "ok" if built["model"] == declared.model else "other model")
     base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
-            "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense}
+            "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense,
+            "level_changed": level_change(manifest, wiki)}
     if manifest["settings"] != _settings(wiki):
         return IndexStatus("stale", f"settings changed since the build: run 'wikirag build {wiki.name}'", **base)
     changed: list[str] = []

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import dense, embeddings
+from . import audit, dense, embeddings
 from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level, require
 from .bm25 import MergedBM25, tokenize
 from .composition import Composition
 from .embeddings import EmbeddingError
-from .errors import IndexMissing, QueryError
+from .errors import AccessDenied, CompositionError, IndexMissing, QueryError
 from .fusion import Candidates, Contribution
 from .index import LoadedIndex
 from .wiki import Wiki
@@ -95,6 +95,7 @@ class SearchResult:
     warnings: list[str] = field(default_factory=list)
     hint: str | None = None
     seconds: float = 0.0
+    wikis: list[str] = field(default_factory=list)
 
 
 class Composed:
@@ -171,8 +172,10 @@ DEFAULT_CACHE = IndexCache()
 
 def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,
            clearance: Level | str, k: int | None = None, fusion: str | None = None,
-           layers: tuple[str, ...] = LAYERS, cache: IndexCache | None = None) -> SearchResult:
-    """Search ``composition`` for ``question`` as a caller with ``clearance``.
+           layers: tuple[str, ...] = LAYERS, cache: IndexCache | None = None,
+           user: str | None = None, audit_event: str | None = "search") -> SearchResult:
+    """Search ``composition`` for ``question`` as ``user`` with ``clearance``; recorded in the audit log
+    (``audit_event=None`` leaves it to the caller, as :func:`~wikirag.answer.answer` does).
 
     ``layers`` limits the layers used (``("bm25",)``, ``("dense",)``; default: every layer a wiki has).
     Raises AccessDenied if the composition (or any of its wikis) is above the clearance,
@@ -180,8 +183,28 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
     IndexMissing only when no wiki of the composition has an index (otherwise a warning). A dense layer
     that cannot be used (missing, model unavailable) is a warning: that wiki is searched with BM25.
     """
-    started = time.perf_counter()
     clearance = Level.parse(clearance)
+    who = user or audit.default_user()
+    try:
+        result = _search(workspace, composition, question, clearance, k, fusion, layers, cache)
+    except (AccessDenied, CompositionError) as exc:
+        audit.record(workspace.home, "refused", user=who, clearance=clearance, asked=str(composition), reason=str(exc))
+        raise
+    if audit_event:
+        audit.record(workspace.home, audit_event, **audit_fields(result, who, clearance))
+    return result
+
+
+def audit_fields(result: SearchResult, user: str, clearance: Level) -> dict:
+    """What the audit log records about a search: ids and hashes, never passage or question text."""
+    return {"user": user, "clearance": clearance, "composition": result.composition, "wikis": result.wikis,
+            "question_sha256": audit.question_hash(result.question),
+            "passages": [audit.passage_id(p) for p in result.passages], "seconds": round(result.seconds, 4)}
+
+
+def _search(workspace: Workspace, composition: str | Path | Composition, question: str, clearance: Level,
+            k: int | None, fusion: str | None, layers: tuple[str, ...], cache: IndexCache | None) -> SearchResult:
+    started = time.perf_counter()
     # loading (or refreshing a given Composition) re-reads changed wiki manifests and re-checks levels
     comp = workspace.composition(composition, clearance)
     require(clearance, comp.level, f"composition '{comp.name}'")
@@ -204,6 +227,10 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
             warnings.append(str(exc))
             continue
         warnings += index_warnings
+        changed = index_mod.level_change(loaded.manifest, wiki)
+        if changed:
+            warnings.append(f"wiki '{wiki.name}' changed level since it was indexed ({changed}); "
+                            f"it is treated as {wiki.level}: rebuild it to record the change")
         if wiki.manifest.layers.dense is not None and loaded.dense is None and "dense" in layers:
             warnings.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
                             f"run 'wikirag build {wiki.name}'; searched with BM25 only")
@@ -239,4 +266,5 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
     if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
                 if not tokens else "no passage contains any of the question's terms: try other words")
-    return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started)
+    return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
+                        [w.name for w in comp.wikis])

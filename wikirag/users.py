@@ -15,13 +15,20 @@
       domains: {example.com: internal}
       unknown: public        # or: refuse
 
-With neither file, the bundled demo accounts (``wikirag/demo_users.yaml``) apply: demo only.
+The bundled demo accounts (``wikirag/demo_users.yaml``, passwords published in the README) apply only
+in demo mode (``WIKIRAG_DEMO=1``, which ``wikirag app --demo`` sets) and only when there is no users
+file; a users file that contains a demo account's hash is refused outside demo mode. Without demo mode
+and without accounts, nobody can sign in: the app says how to add an account.
+
+Failed sign-ins are limited to 5 per user name and per browser session in 10 minutes
+(:class:`LoginThrottle`); sign-ins expire (the app's ``SESSION_HOURS``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +43,45 @@ from .wiki import LevelField, check_slug
 
 USERS_ENV = "WIKIRAG_USERS"
 ACCESS_ENV = "WIKIRAG_ACCESS"
+DEMO_ENV = "WIKIRAG_DEMO"
 DEMO_USERS = Path(__file__).with_name("demo_users.yaml")
+MAX_FAILURES = 5
+FAILURE_WINDOW = 600.0  # seconds
+MIN_COOKIE_SECRET = 32
+
+
+def demo_mode() -> bool:
+    return os.environ.get(DEMO_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class LoginThrottle:
+    """At most ``MAX_FAILURES`` failed sign-ins per key (user name, browser session) per window."""
+
+    def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW):
+        self.limit, self.window = limit, window
+        self._failures: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, *keys: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                recent = [t for t in self._failures.get(key, []) if now - t < self.window]
+                self._failures[key] = recent
+                if len(recent) >= self.limit:
+                    wait = int(self.window - (now - recent[0])) + 1
+                    raise AuthError(f"too many failed sign-ins: try again in {wait} s")
+
+    def failed(self, *keys: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                self._failures.setdefault(key, []).append(now)
+
+    def succeeded(self, *keys: str) -> None:
+        with self._lock:
+            for key in keys:
+                self._failures.pop(key, None)
 
 
 class AuthError(WikiragError):
@@ -98,18 +143,20 @@ _DUMMY_HASH = b"$2b$12$aEdBmTZOcrgzt/3gaq1/nuIWAx7JPEL9N2n5BofqUkM0kNldqzy0S"
 class UserStore:
     """The users file: verify passwords, add and remove accounts."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, throttle: LoginThrottle | None = None):
         self.path = path
+        self.throttle = throttle or LoginThrottle()
         self._lock = threading.Lock()
 
     @classmethod
     def for_home(cls, home: Path) -> UserStore:
-        """``$WIKIRAG_USERS``, else ``users.yaml`` in the workspace, else the bundled demo accounts."""
+        """``$WIKIRAG_USERS``, else ``users.yaml`` in the workspace; in demo mode with neither, the demo
+        accounts."""
         chosen = os.environ.get(USERS_ENV)
         if chosen:
             return cls(Path(chosen))
         local = home / "users.yaml"
-        return cls(local if local.is_file() else DEMO_USERS)
+        return cls(DEMO_USERS if demo_mode() and not local.is_file() else local)
 
     @property
     def is_demo(self) -> bool:
@@ -118,15 +165,28 @@ class UserStore:
     def load(self) -> UsersFile:
         if not self.path.is_file():
             return UsersFile()
-        return load_model(UsersFile, self.path, ConfigError, "Create it with 'wikirag user add NAME'.")
+        users = load_model(UsersFile, self.path, ConfigError, "Create it with 'wikirag user add NAME'.")
+        if not self.is_demo and not demo_mode():
+            demo = {a.password for a in load_model(UsersFile, DEMO_USERS, ConfigError, "").users.values()}
+            copied = sorted(name for name, account in users.users.items() if account.password in demo)
+            if copied:
+                raise ConfigError(f"{self.path}: account(s) {', '.join(copied)} use a demo password, which is "
+                                  "published: set real passwords with 'wikirag user add', or run in demo mode")
+        return users
 
-    def authenticate(self, name: str, password: str) -> User:
-        account = self.load().users.get(name.strip().lower())
+    def authenticate(self, name: str, password: str, client: str | None = None) -> User:
+        """The user, if the password is right. Refused after too many failures for this name or client."""
+        name = name.strip().lower()
+        keys = [f"user:{name}"] + ([f"client:{client}"] if client else [])
+        self.throttle.check(*keys)
+        account = self.load().users.get(name)
         digest = account.password.encode() if account else _DUMMY_HASH
         ok = bcrypt.checkpw(password.encode("utf-8"), digest)
         if account is None or not ok:
+            self.throttle.failed(*keys)
             raise AuthError("wrong user name or password")
-        return User(name.strip().lower(), account.clearance, account.can_build)
+        self.throttle.succeeded(f"user:{name}")
+        return User(name, account.clearance, account.can_build)
 
     def add(self, name: str, password: str, clearance: Level | str, can_build: bool = False) -> None:
         """Add or update an account (the password is hashed with bcrypt before it is written)."""
@@ -154,6 +214,15 @@ class UserStore:
         tmp.touch(mode=0o600)
         tmp.write_text(yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
+
+
+def check_cookie_secret(secret: str | None) -> None:
+    """Single sign-on signs its cookie with ``[auth] cookie_secret`` from secrets.toml: it must be a real
+    secret (never a default or an example)."""
+    if not secret or len(secret) < MIN_COOKIE_SECRET or secret.lower().startswith(("change", "example", "xxx")):
+        raise ConfigError(f"[auth] cookie_secret in .streamlit/secrets.toml must be a random secret of at least "
+                          f"{MIN_COOKIE_SECRET} characters: generate one with "
+                          "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
 
 
 def sso_user(email: str, home: Path) -> User:
