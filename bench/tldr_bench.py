@@ -11,7 +11,7 @@ It measures
 1. build seconds and chunks/s of fresh builds (``force=True``) per wiki, summed over the 11, and for
    the single wiki (median of 3 interleaved repeats, after one untimed warm-up build that pays the
    one-time tokenizer load); then the time of a no-change rebuild (``up to date``);
-2. query latency p50/p95 (ms) and queries/s through ``wikirag.search.search(ws, comp, q,
+2. query latency p50/p95 (ms) and queries/s through ``wikirag.retrieval.search(ws, comp, q,
    clearance="public", k=10)`` after a warm-up, with the SAME queries for both compositions: the
    ``> description`` line of randomly sampled pages, or "how do I <first example>" (fixed seed),
    run in 3 rounds alternating the two setups; plus the ratio fused_p50 / single_p50 (target ≤ 1.2);
@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from wikirag.index import build
-from wikirag.search import search
+from wikirag.retrieval import search
 from wikirag.wiki import write_manifest
 from wikirag.workspace import Workspace
 

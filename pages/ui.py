@@ -33,7 +33,7 @@ def warm_up() -> threading.Thread:
 
     def load() -> None:
         time.sleep(1.0)  # let the first page render before competing with it for the interpreter
-        from wikirag.search import search
+        from wikirag.retrieval import search
 
         ws = workspace()
         for name in ws.composition_names():

@@ -13,7 +13,7 @@ from wikirag.answer import answer
 from wikirag.cli import cli
 from wikirag.extractive import extract, sentences
 from wikirag.prompt import NO_ANSWER, SYSTEM_PROMPT, build_messages, check_citations
-from wikirag.search import Passage, search
+from wikirag.retrieval import Passage, search
 
 from .conftest import make_wiki
 

@@ -9,7 +9,7 @@ import pytest
 from wikirag import Workspace, build
 from wikirag import index as index_mod
 from wikirag.bm25 import MergedBM25, tokenize
-from wikirag.search import IndexCache
+from wikirag.retrieval import IndexCache
 
 from .conftest import make_wiki
 

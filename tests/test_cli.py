@@ -108,7 +108,7 @@ def test_list_and_check(run, home: Path) -> None:
     listed = json.loads(run("list", "--json", "--clearance", "internal").stdout)
     assert [(w["name"], w["status"]) for w in listed["wikis"]] == [("alpha", "fresh"), ("beta", "missing")]
     assert [c["name"] for c in listed["compositions"]] == ["open", "team"]
-    assert listed["hidden"] == 2
+    assert listed["hidden"] == 4  # gamma, delta, secret, top
     public = run("list")
     assert "beta" not in public.stdout and "gamma" not in public.stdout
     assert run("check").exit_code == 0
@@ -119,7 +119,7 @@ def test_list_and_check(run, home: Path) -> None:
     assert "bad.yaml:3: unknown key 'foo'" in checked.stderr
     assert "missing required key 'sensitivity'" in checked.stderr
     assert "wiki 'beta' cannot be loaded" in checked.stderr  # team and secret list beta
-    assert "Error: 4 problem(s) found" in checked.stderr
+    assert "Error: 5 problem(s) found" in checked.stderr  # beta, bad, team, secret, top
 
 
 def _commands():
@@ -145,7 +145,7 @@ def test_build_all_goes_on_past_a_broken_wiki_and_fails_at_the_end(run, home: Pa
     assert result.exit_code == 1
     assert "alpha: built" in result.stdout and "gamma: built" in result.stdout
     assert ".wiki.yaml:4: unknown key 'sorce': remove it (did you mean 'source'?)" in result.stderr
-    assert "1 of 3 wiki(s) failed to build" in result.stderr
+    assert "1 of 4 wiki(s) failed to build" in result.stderr
 
 
 def test_build_source_inside_the_workspace_is_stored_relative(run, home: Path) -> None:

@@ -8,37 +8,37 @@ import pytest
 
 from wikirag import CompositionError, ManifestError, NotFound, WikiragError, Workspace
 
-GOOD_MANIFEST = "name: delta\ntitle: Delta\nsensitivity: public\n"
+GOOD_MANIFEST = "name: omega\ntitle: Omega\nsensitivity: public\n"
 
 
 @pytest.mark.parametrize(
     ("manifest", "expected"),
     [
         (GOOD_MANIFEST, None),
-        ("name: delta\ntitle: Delta\nsensitivity: public\nsensitivty: internal\n",
+        ("name: omega\ntitle: Omega\nsensitivity: public\nsensitivty: internal\n",
          r"\.wiki\.yaml:4: unknown key 'sensitivty': remove it \(did you mean 'sensitivity'\?\)"),
-        ("name: delta\ntitle: Delta\n", r"missing required key 'sensitivity': add it \(the wiki's level, one of public"),
-        ("name: delta\ntitle: Delta\nsensitivity: secret\n", r"\.wiki\.yaml:3: key 'sensitivity': 'secret' is not a sensitivity level"),
-        ("name: delta\ntitle: [1, 2]\nsensitivity: public\n", r"\.wiki\.yaml:2: key 'title': Input should be a valid string"),
-        ("name: delta\ntitle: Delta\nsensitivity: public\ntags: oops\n", r":4: key 'tags': Input should be a valid list"),
-        ("name: delta\ntitle: Delta\nsensitivity: public\nchunking: {max_tokens: 5}\n", r":4: key 'chunking.max_tokens': Input should be greater than or equal to 32"),
-        ("name: delta\ntitle: Delta\nsensitivity: public\nchunking: {size: 100}\n", r":4: unknown key 'chunking.size'"),
-        ("name: Delta/../x\ntitle: Delta\nsensitivity: public\n", r":1: key 'name': name 'Delta/../x' is not allowed"),
-        ("name: other\ntitle: Delta\nsensitivity: public\n", r"name 'other' differs from its folder 'delta'"),
-        ("name: delta\ntitle: Delta\n  sensitivity: public\n", r"\.wiki\.yaml:3: invalid YAML"),
+        ("name: omega\ntitle: Omega\n", r"missing required key 'sensitivity': add it \(the wiki's level, one of public"),
+        ("name: omega\ntitle: Omega\nsensitivity: secret\n", r"\.wiki\.yaml:3: key 'sensitivity': 'secret' is not a sensitivity level"),
+        ("name: omega\ntitle: [1, 2]\nsensitivity: public\n", r"\.wiki\.yaml:2: key 'title': Input should be a valid string"),
+        ("name: omega\ntitle: Omega\nsensitivity: public\ntags: oops\n", r":4: key 'tags': Input should be a valid list"),
+        ("name: omega\ntitle: Omega\nsensitivity: public\nchunking: {max_tokens: 5}\n", r":4: key 'chunking.max_tokens': Input should be greater than or equal to 32"),
+        ("name: omega\ntitle: Omega\nsensitivity: public\nchunking: {size: 100}\n", r":4: unknown key 'chunking.size'"),
+        ("name: Omega/../x\ntitle: Omega\nsensitivity: public\n", r":1: key 'name': name 'Omega/../x' is not allowed"),
+        ("name: other\ntitle: Omega\nsensitivity: public\n", r"name 'other' differs from its folder 'omega'"),
+        ("name: omega\ntitle: Omega\n  sensitivity: public\n", r"\.wiki\.yaml:3: invalid YAML"),
         ("- just\n- a list\n", r"\.wiki\.yaml:1: expected a mapping"),
         ("", r"expected a mapping"),
     ],
 )
 def test_manifest_errors(ws: Workspace, home: Path, manifest: str, expected: str | None) -> None:
-    folder = home / "wikis" / "delta"
+    folder = home / "wikis" / "omega"
     folder.mkdir()
     (folder / ".wiki.yaml").write_text(manifest, encoding="utf-8")
     if expected is None:
-        assert ws.wiki("delta").name == "delta"
+        assert ws.wiki("omega").name == "omega"
         return
     with pytest.raises(ManifestError, match=expected):
-        ws.wiki("delta")
+        ws.wiki("omega")
 
 
 def test_missing_manifest_says_how_to_create_it(ws: Workspace, home: Path) -> None:
@@ -56,7 +56,7 @@ def test_path_tricks_in_names_are_refused(ws: Workspace, name: str) -> None:
 
 
 def test_unknown_wiki_lists_the_available_ones(ws: Workspace) -> None:
-    with pytest.raises(NotFound, match="no wiki 'zeta'.*available: alpha, beta, gamma"):
+    with pytest.raises(NotFound, match="no wiki 'zeta'.*available: alpha, beta, delta, gamma"):
         ws.wiki("zeta")
 
 
@@ -92,7 +92,7 @@ def test_composition_by_path_and_unknown_name(ws: Workspace, home: Path, tmp_pat
     path = tmp_path / "mine.yaml"
     path.write_text("sensitivity: public\nwikis: [alpha]\n")
     assert ws.composition(str(path)).name == "mine"
-    with pytest.raises(NotFound, match="no composition 'nope'.*available: open, secret, team"):
+    with pytest.raises(NotFound, match="no composition 'nope'.*available: open, secret, team, top"):
         ws.composition("nope")
 
 

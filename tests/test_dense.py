@@ -16,7 +16,7 @@ from wikirag import BuildError, Workspace, build, status
 from wikirag import index as index_mod
 from wikirag.cli import cli
 from wikirag.dense import DenseMismatch, store
-from wikirag.search import search
+from wikirag.retrieval import search
 
 from .conftest import make_wiki
 

@@ -19,7 +19,7 @@ from wikirag.bm25 import MergedBM25, tokenize
 from wikirag.cli import cli
 from wikirag.evaluate import ndcg_at_k, recall_at_k
 from wikirag.fusion import Candidates, RankedList, dfs_prior, wiki_log_prior
-from wikirag.search import search
+from wikirag.retrieval import search
 
 from .conftest import FIXTURES, make_wiki
 

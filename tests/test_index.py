@@ -11,7 +11,7 @@ import pytest
 
 from wikirag import BuildError, IndexMissing, Workspace, build, status
 from wikirag import index as index_mod
-from wikirag.search import search
+from wikirag.retrieval import search
 
 from .conftest import make_wiki
 

@@ -10,7 +10,7 @@ import pytest
 
 from wikirag import AccessDenied, CompositionError, IndexMissing, QueryError, Workspace, build
 from wikirag.fusion import Candidates, RankedList, get, rrf
-from wikirag.search import search
+from wikirag.retrieval import search
 
 
 def test_rrf_matches_a_hand_computed_example() -> None:

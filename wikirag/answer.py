@@ -29,7 +29,7 @@ from .composition import Composition
 from .errors import AccessDenied, CompositionError
 from .llm import ChatStream, ContextTooLong, ModelError, check_keys
 from .prompt import Citation, build_messages, check_citations
-from .search import Passage, audit_fields, search
+from .retrieval import Passage, audit_fields, search
 from .workspace import Workspace
 
 MODEL_ENV = "WIKIRAG_MODEL"

@@ -21,7 +21,7 @@ from .access import CLEARANCE_ENV, LEVEL_NAMES, Level
 from .config import read_yaml
 from .errors import ManifestError, WikiragError
 from .fusion import DEFAULT_FUSION, FUSIONS
-from .search import search
+from .retrieval import search
 from .wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
 from .workspace import HOME_ENV, Workspace
 

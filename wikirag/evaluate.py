@@ -30,7 +30,7 @@ from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level
 from .errors import WikiragError
-from .search import LAYERS, search
+from .retrieval import LAYERS, search
 from .wiki import write_manifest
 from .workspace import Workspace
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .bm25 import tokenize
 from .prompt import NO_ANSWER
-from .search import Passage
+from .retrieval import Passage
 
 MAX_SENTENCES = 3
 MIN_CHARS = 20

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from .errors import BuildError, IndexMissing
 from .sources import Skipped, decode, discover
 from .wiki import Wiki
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 Progress = Callable[[str, int, int], None]  # (stage: "reading" or "embedding", done, total)
 # bumped by every build of this process, so in-process readers notice a swap at once
 build_generation = 0
@@ -133,12 +134,24 @@ def _read_manifest(wiki: Wiki, build_id: str) -> dict:
             f"the index of wiki '{wiki.name}' is damaged ({path.name}: {exc}): "
             f"rebuild it with 'wikirag build {wiki.name}'"
         ) from None
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+        version = manifest.get("wikirag_version") if isinstance(manifest, dict) else None
         raise IndexMissing(
-            f"the index of wiki '{wiki.name}' was built by wikirag {manifest.get('wikirag_version')} "
+            f"the index of wiki '{wiki.name}' was built by wikirag {version} "
             f"in another format: rebuild it with 'wikirag build {wiki.name}'"
         )
+    if manifest.get("manifest_sha256") != _manifest_digest(manifest):
+        raise IndexMissing(
+            f"the index of wiki '{wiki.name}' is damaged (manifest.json does not match its checksum): "
+            f"rebuild it with 'wikirag build {wiki.name}'"
+        )
     return manifest
+
+
+def _manifest_digest(manifest: dict) -> str:
+    """The manifest's own checksum: over its canonical JSON, without this field."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return _sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
 
 def _read_chunks(path: Path) -> list[Chunk]:
@@ -244,6 +257,7 @@ def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], manifest: dict, 
         p.relative_to(folder).as_posix(): _sha256(p.read_bytes())
         for p in sorted(folder.rglob("*")) if p.is_file()
     }
+    manifest["manifest_sha256"] = _manifest_digest(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
     _fsync_tree(folder)
 
@@ -274,9 +288,18 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
              skipped: list[Skipped], progress: Progress | None) -> _Collected:
     """Read every source file; reuse the previous passages of files whose content did not change."""
     out = _Collected({}, {}, list(skipped))
+    limit = wiki.manifest.chunking.max_file_mb * 1024 * 1024
     for i, src in enumerate(files):
         if progress is not None:
             progress("reading", i, len(files))
+        if src.size > limit:  # read nothing: memory stays bounded whatever lands in the folder
+            reason = (f"too large ({src.size / 2**20:.1f} MB > {wiki.manifest.chunking.max_file_mb:g} MB): "
+                      "split it, or raise chunking.max_file_mb")
+            out.records[src.path] = {"sha256": None, "size": src.size, "mtime_ns": src.mtime_ns, "chunks": 0,
+                                     "skipped": reason}
+            out.chunks[src.path] = []
+            out.skipped.append(Skipped(src.path, reason))
+            continue
         old = prev_files.get(src.path)
         if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
             out.records[src.path], out.chunks[src.path] = old, prev_chunks.get(src.path, [])
@@ -326,9 +349,16 @@ def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float, pr
             pointer.unlink()
         if not isinstance(exc, OSError):
             raise
+        try:
+            free = shutil.disk_usage(wiki.index_dir).free
+        except OSError:
+            free = None
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.ENOSPC or (free is not None and free < 1024 * 1024):
+            reason = f"No space left on device: {free} bytes free"
         raise BuildError(
-            f"could not write the index of wiki '{wiki.name}' ({exc.strerror or exc}: "
-            f"{exc.filename or wiki.index_dir}); the previous index still serves"
+            f"could not write the index of wiki '{wiki.name}' ({reason}: {exc.filename or wiki.index_dir}); "
+            "the previous index still serves"
         ) from None
     return build_id
 
@@ -441,7 +471,7 @@ def status(wiki: Wiki) -> IndexStatus:
             changed.append(f"added {src.path}")
         elif (old["size"], old["mtime_ns"]) != (src.size, src.mtime_ns):
             try:
-                if _sha256(src.abspath.read_bytes()) != old["sha256"]:
+                if old["sha256"] is None or _sha256(src.abspath.read_bytes()) != old["sha256"]:
                     changed.append(f"modified {src.path}")
             except OSError:
                 changed.append(f"unreadable {src.path}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .search import Passage
+from .retrieval import Passage
 
 NO_ANSWER = "The passages do not contain the answer."
 

@@ -55,6 +55,7 @@ class Chunking(StrictModel):
 
     max_tokens: int = Field(512, ge=32, le=8192, description="passage size in cl100k_base tokens (32–8192)")
     min_chars: int = Field(40, ge=0, le=2000, description="drop passages shorter than this many characters")
+    max_file_mb: float = Field(10, gt=0, le=1000, description="skip (and report) markdown files larger than this")
 
 
 class DenseSpec(StrictModel):

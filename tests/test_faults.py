@@ -1,0 +1,158 @@
+"""Faults that must lose nothing: killed builds, damaged index files, a full disk, rebuilds under load."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from wikirag import BuildError, IndexMissing, Workspace, build
+from wikirag import index as index_mod
+from wikirag.retrieval import search
+
+from .conftest import make_wiki
+
+REPO = Path(__file__).resolve().parent.parent
+ROUNDS = int(os.environ.get("WIKIRAG_FAULT_ROUNDS", "12"))  # bench/fault_loop.py runs hundreds
+
+
+def test_sigkill_at_random_moments_never_breaks_the_index() -> None:
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "fault_loop.py"), "--rounds", str(ROUNDS),
+                             "--pages", "200", "--json"], check=False, capture_output=True, text=True, timeout=600)
+    report = json.loads(result.stdout)
+    assert report["failed_loads"] == 0, report["errors"]
+    assert report["killed_mid_build"] >= 1
+    assert report["final_build"] in ("built", "up to date") and report["debris_after_final_build"] == []
+    print(f"\nSIGKILL loop: {report}")
+
+
+@pytest.fixture
+def two_wikis(home: Path) -> Workspace:
+    make_wiki(home, "vectors", {"a.md": "# Tyres\n\nCheck tyre pressure monthly when the tyres are cold.\n",
+                                "b.md": "# Oil\n\nChange the engine oil every ten thousand kilometres.\n"},
+              extra="layers:\n  dense: {}\n")
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("alpha"))
+    build(ws.wiki("vectors"))
+    return ws
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0x5A]) + data[middle + 1:])
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) -> None:
+    tried = 0
+    for name in ("alpha", "vectors"):
+        wiki = two_wikis.wiki(name)
+        folder = wiki.index_dir / "builds" / index_mod.current_build_id(wiki)
+        backup = folder.with_name("backup")
+        shutil.copytree(folder, backup)
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            _damage(path, how)
+            with pytest.raises(IndexMissing, match=f"damaged.*rebuild it with 'wikirag build {name}'"):
+                index_mod.load(wiki)
+            tried += 1
+            shutil.rmtree(folder)
+            shutil.copytree(backup, folder)
+        shutil.rmtree(backup)
+        assert index_mod.load(wiki).chunks  # restored: loads again
+    assert tried >= 14  # manifest, chunks, bm25s files, term frequencies, lengths, vectors, hashes
+
+
+def test_a_damaged_index_is_never_served_and_the_next_build_recovers(two_wikis: Workspace, home: Path) -> None:
+    wiki = two_wikis.wiki("alpha")
+    folder = wiki.index_dir / "builds" / index_mod.current_build_id(wiki)
+    _damage(folder / "chunks.jsonl", "flip")
+    with pytest.raises(IndexMissing, match="damaged"):
+        search(two_wikis, "open", "compost", clearance="public")
+    (wiki.index_dir / "CURRENT").write_text("no-such-build\n")
+    with pytest.raises(IndexMissing, match="damaged .*build no-such-build is missing"):
+        index_mod.load(wiki)
+    assert build(wiki).state == "built"
+    assert search(two_wikis, "open", "compost", clearance="public").passages
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          check=False, capture_output=True).returncode == 0
+
+
+def test_a_full_disk_fails_the_build_clearly_and_keeps_the_old_index(tmp_path: Path) -> None:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "small.md").write_text("# Small\n\nA small page that fits on any disk, about compost.\n")
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "512k"):
+        pytest.skip("needs root to mount a small tmpfs (CI runs as root)")
+    try:
+        home = disk / "ws"
+        make_wiki(home, "tight", {}, extra=f"source: {sources}\n")
+        ws = Workspace(home, recheck_seconds=0)
+        build(ws.wiki("tight"))
+        before = index_mod.load(ws.wiki("tight")).build_id
+        words = " ".join(f"word{i}" for i in range(40_000))  # ~300 kB of distinct terms: the index outgrows 512 kB
+        (sources / "big.md").write_text(f"# Big\n\n{words}\n")
+        with pytest.raises(BuildError, match=r"could not write the index of wiki 'tight' \(No space left on device.*"
+                                             r"the previous index still serves"):
+            build(ws.wiki("tight"))
+        loaded = index_mod.load(ws.wiki("tight"))
+        assert loaded.build_id == before and loaded.chunks
+        assert not list(ws.wiki("tight").index_dir.glob("tmp-*"))
+    finally:
+        subprocess.run(["umount", str(disk)], check=False, capture_output=True)
+
+
+def test_queries_from_eight_threads_while_rebuilds_swap_the_index(home: Path) -> None:
+    pages = {f"p{i}.md": f"# Page {i}\n\nVersion A text of page {i} about compost and keys.\n" for i in range(30)}
+    make_wiki(home, "swap", pages)
+    (home / "rags" / "swap.yaml").write_text("sensitivity: public\nwikis: [swap]\nk: 10\n")
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("swap"))
+    stop = threading.Event()
+    counts = {"A": 0, "B": 0, "mixed": 0, "errors": 0, "queries": 0}
+    lock = threading.Lock()
+
+    def query() -> None:
+        while not stop.is_set():
+            try:
+                versions = {p.text.split("Version ")[1][0]
+                            for p in search(ws, "swap", "compost keys", clearance="public").passages}
+                key = versions.pop() if len(versions) == 1 else "mixed"
+            except Exception:  # noqa: BLE001 - any exception is a failure of the swap
+                key = "errors"
+            with lock:
+                counts[key] += 1
+                counts["queries"] += 1
+
+    threads = [threading.Thread(target=query) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for cycle in range(6):
+        version = "B" if cycle % 2 == 0 else "A"
+        for name in pages:
+            path = home / "wikis" / "swap" / name
+            path.write_text(path.read_text().replace("Version A" if version == "B" else "Version B",
+                                                     f"Version {version}"))
+        build(ws.wiki("swap"))
+    stop.set()
+    for t in threads:
+        t.join()
+    print(f"\nqueries during 6 rebuilds: {counts}")
+    assert counts["errors"] == 0 and counts["mixed"] == 0
+    assert counts["A"] > 0 and counts["B"] > 0
