@@ -43,9 +43,31 @@ def show_page(wiki: str, path: str) -> None:
         st.markdown(text[cut_end:])
     else:
         st.markdown(text[body:])
+    show_links(view.wiki, view.path)
     if view.frontmatter:
         with st.expander("Frontmatter"):
             st.json(view.frontmatter)
+
+
+def show_links(wiki: str, path: str) -> None:
+    """The page's links and backlinks; a target you may not open is shown as plain text."""
+    found = catalog.page_links(ws, wiki, path, user.clearance, user.name)
+    if not found.indexed:
+        st.caption("Build this wiki's index to see its links and backlinks.")
+        return
+    left, right = st.columns(2)
+    for column, title, items in ((left, "Links", found.links), (right, "Backlinks", found.backlinks)):
+        with column:
+            st.subheader(f"{title} ({len(items)})")
+            for item in items:
+                anchor = f" › {item.anchor}" if item.anchor else ""
+                label = (f"{item.to_wiki}/{item.to_path}{anchor} (line {item.line})" if title == "Links"
+                         else f"{item.to_wiki}/{item.to_path}:{item.line}")
+                if item.to_path is None:
+                    st.markdown(f"`{item.text}` (line {item.line}): no page you can open")
+                else:
+                    st.page_link("pages/portal.py", label=label, icon=":material/link:",
+                                 query_params={"wiki": item.to_wiki, "path": item.to_path})
 
 
 def show_wiki(name: str) -> None:

@@ -156,6 +156,19 @@ def test_page_view_highlights_the_cited_characters(app_home: Path) -> None:
     assert any(source[start:end] == m.value for m in at.markdown)
 
 
+@pytest.mark.parametrize("user, sees_runbook", [(INTERNAL_USER, False), (BUILDER, True)])
+def test_page_view_shows_links_and_backlinks(app_home: Path, user: User, sees_runbook: bool) -> None:
+    at = _app(app_home, user, "pages/portal.py", wiki="northwind-systems", path="services/cobalt-db.md")
+    assert not at.exception and not at.error
+    assert [h.value for h in at.subheader] == ["Links (2)", "Backlinks (4)"]
+    shown = _text(at)
+    assert "northwind-systems/projects/falcon.md:14" in shown  # a backlink, with its line
+    assert "northwind-systems/teams/storage.md" in shown  # a link, resolved
+    # the link into the confidential runbooks: opened for a confidential user, plain text for an internal one
+    assert ("security-runbooks/rotating-database-credentials.md" in shown) == sees_runbook
+    assert ("no page you can open" in shown) != sees_runbook
+
+
 def test_chat_round_trip_with_the_offline_default(app_home: Path) -> None:
     at = _app(app_home, INTERNAL_USER, "pages/chat.py")
     at.selectbox[0].select("engineering").run()

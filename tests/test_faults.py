@@ -69,7 +69,9 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
             shutil.copytree(backup, folder)
         shutil.rmtree(backup)
         assert index_mod.load(wiki).chunks  # restored: loads again
-    assert tried == 20  # manifest, passages, 7 bm25 files (bm25s + term frequencies + lengths) × 2 wikis, vectors, hashes
+    # manifest, passages, links (graph.json), 7 bm25 files (bm25s + term frequencies + lengths) × 2 wikis,
+    # vectors, hashes
+    assert tried == 22
 
 
 def test_a_damaged_index_is_never_served_and_the_next_build_recovers(two_wikis: Workspace, home: Path) -> None:

@@ -71,6 +71,18 @@ def leak_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (rags / "sneaky.yaml").write_text("sensitivity: public\nwikis: [alpha, gamma]\n")
     (rags / "ceiling.yaml").write_text("sensitivity: internal\nwikis: [beta, delta]\n")
     (rags / "outside.yaml").write_text("sensitivity: public\nwikis: [epsilon, alpha]\n")
+    # the graph layer everywhere, and links across levels both ways; the links from higher wikis carry
+    # their level's marker in the alias, so a backlink or a link path shown to a lower user is caught
+    for wiki in ("alpha", "beta", "gamma", "delta"):
+        with (home / "wikis" / wiki / ".wiki.yaml").open("a") as fh:
+            fh.write("layers: {graph: {}}\n")
+    with (home / "wikis" / "alpha" / "tomatoes.md").open("a") as fh:
+        fh.write("\nCompost for deploys: [[beta:deploys]], keys [[gamma:keys]], minutes [[delta:minutes]].\n")
+    for wiki, page, marker in (("beta", "deploys.md", "BETA-INTERNAL-MARK"),
+                               ("gamma", "keys.md", "GAMMA-CONFIDENTIAL-MARK"),
+                               ("delta", "minutes.md", "DELTA-RESTRICTED-MARK")):
+        with (home / "wikis" / wiki / page).open("a") as fh:
+            fh.write(f"\nSee the tomatoes page, [[alpha:tomatoes|{marker}-LINK]], and [[compost|{marker}-LINK]].\n")
     ws = Workspace(home)
     for name in ws.wiki_names():
         build(ws.wiki(name))

@@ -114,6 +114,58 @@ def read_page(ws: Workspace, name: str, path: str, clearance: Level | str, user:
     return PageView(wiki.name, source.path, text, page.body_start, page.frontmatter)
 
 
+@dataclass(frozen=True)
+class LinkView:
+    """A link as the portal shows it. ``to_path`` is None when the target is not a page you may open
+    (dangling, or in a wiki above your clearance: the two look the same, so nothing is revealed)."""
+
+    line: int
+    text: str
+    to_wiki: str
+    to_path: str | None
+    anchor: str | None = None
+
+
+@dataclass(frozen=True)
+class PageLinksView:
+    """A page's links and backlinks (from pages of wikis you may see), from the serving builds."""
+
+    links: list[LinkView]
+    backlinks: list[LinkView]  # here ``to_wiki``/``to_path`` name the page the link is on
+    indexed: bool = True
+
+
+def page_links(ws: Workspace, name: str, path: str, clearance: Level | str, user: str | None = None) -> PageLinksView:
+    """The links of page ``path`` of wiki ``name`` and the links to it, limited to what ``clearance`` sees."""
+    from .retrieval import DEFAULT_CACHE
+
+    level = Level.parse(clearance)
+    wiki = _visible_wiki(ws, name, level, user)
+    graphs = {}
+    for info in visible_wikis(ws, level):
+        try:
+            graphs[info.name] = DEFAULT_CACHE.get(info.wiki)[0].graph
+        except WikiragError:
+            continue
+    graph = graphs.get(wiki.name)
+    if graph is None:
+        return PageLinksView([], [], indexed=False)
+    links = []
+    for link in graph.outgoing(path):
+        target = graphs.get(link.wiki) if link.wiki else graph
+        to = link.to if not link.wiki else (target.page_index().resolve(link, "") if target else None)
+        links.append(LinkView(link.line, link.text, link.wiki or wiki.name, to, link.anchor))
+    back = [LinkView(link.line, link.text, wiki.name, src) for src, link in graph.backlinks(path)]
+    for other, g in graphs.items():
+        if other == wiki.name:
+            continue
+        for src, entry in g.pages.items():
+            for link in entry.links:
+                if link.wiki == wiki.name and graph.page_index().resolve(link, "") == path:
+                    back.append(LinkView(link.line, link.text, other, src))
+    return PageLinksView(links, back)
+
+
 @dataclass
 class Comparison:
     """One question answered by several compositions: each result, and which passages are shared."""

@@ -96,6 +96,14 @@ def _markdown() -> MarkdownIt:
     return md
 
 
+@functools.lru_cache(maxsize=1)
+def full_markdown() -> MarkdownIt:
+    """CommonMark block structure including lists and quotes (where code blocks may sit); no inline parsing."""
+    md = MarkdownIt("commonmark")
+    md.core.ruler.disable(["inline", "text_join"])
+    return md
+
+
 def parse_page(text: str) -> Page:
     """Find the frontmatter (if any) and the page's tags (frontmatter ``tags`` and inline ``#tags``)."""
     body_start, front = 0, {}

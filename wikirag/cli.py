@@ -201,8 +201,10 @@ def _snippet(text: str, width: int = 240) -> str:
 def query(ctx, rag, question, k, fusion, as_json, clearance):
     """Search a composition (a name in rags/ or a YAML path) and print the best passages.
 
-    Each passage is cited as wiki/path:line with its heading path; --json adds exact character
-    offsets (start, end) into the source file, and each wiki's rank and score behind the fused score.
+    Each passage is cited as wiki/path:line with its heading path, and a passage found through a
+    wiki's links (the graph layer) says which links led to it; --json adds exact character offsets
+    (start, end) into the source file, each list's rank and score behind the fused score, and the
+    links followed ("via").
 
     Example: wikirag query engineering "how do I page the on-call engineer" -k 3 --clearance internal
     """
@@ -215,6 +217,8 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
         for p in result.passages:
             heading = f"  ({p.heading})" if p.heading else ""
             click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}")
+            for hop in p.via:
+                click.echo(f"    via {hop.link} in {hop.wiki}/{hop.path}:{hop.line}")
             click.echo(textwrap.indent(textwrap.fill(_snippet(p.text), 96), "    "))
     if result.hint:
         click.echo(f"no results: {result.hint}", err=True)
@@ -435,7 +439,8 @@ def list_(ctx, as_json, clearance):
         wikis.append({"name": name, "title": m.title, "description": m.description, "tags": m.tags,
                       "sensitivity": str(wiki.level), "files": state.files, "chunks": state.chunks,
                       "status": state.state, "built_at": state.built_at, "detail": state.detail,
-                      "dense": state.dense, "level_changed": state.level_changed})
+                      "dense": state.dense, "graph": m.layers.graph is not None, "links": state.links,
+                      "dangling_links": state.dangling, "level_changed": state.level_changed})
     for name in ws.composition_names():
         try:
             comp = ws.composition(name)
@@ -452,7 +457,7 @@ def list_(ctx, as_json, clearance):
         return
     click.echo("WIKIS")
     for w in wikis:
-        dense = f" +dense({w['dense']})" if w["dense"] else ""
+        dense = (f" +dense({w['dense']})" if w["dense"] else "") + (" +graph" if w["graph"] else "")
         click.echo(f"  {w['name']:<24} {w['sensitivity']:<13} {w['files']:>5} files {w['chunks']:>6} chunks  "
                    f"{w['status']:<8} {w['title']}{dense}")
     click.echo("COMPOSITIONS")
@@ -467,17 +472,27 @@ def list_(ctx, as_json, clearance):
 def check(ctx):
     """Validate every wiki manifest and composition; list every problem, exit 1 if any.
 
-    Indexes that are missing or stale are noted on stderr but do not fail the check.
+    Indexes that are missing or stale, and links between pages that lead nowhere (dangling, checked
+    against the serving builds), are noted on stderr but do not fail the check.
 
     Example: wikirag check && echo all good
     """
+    from .graph import dangling_report
+
     ws = _workspace(ctx)
     problems = ws.check()
+    graphs = {}
     for name in ws.wiki_names():
         try:
-            state = index_mod.status(ws.wiki(name))
+            wiki = ws.wiki(name)
+            state = index_mod.status(wiki)
         except WikiragError:
             continue
+        if state.state in ("fresh", "stale"):
+            try:
+                graphs[name] = index_mod.load(wiki).graph
+            except WikiragError as exc:
+                click.echo(f"note: {exc}", err=True)
         if state.state != "fresh":
             click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
         if state.level_changed:
@@ -487,6 +502,8 @@ def check(ctx):
             reason = "has none" if state.dense == "missing" else "was built with another model"
             click.echo(f"note: wiki '{name}' declares a dense layer but its index {reason}: "
                        f"run 'wikirag build {name}'", err=True)
+    for line in dangling_report(graphs, ws.wiki_names()):
+        click.echo(f"note: {line}", err=True)
     if problems:
         for problem in problems:
             click.echo(problem, err=True)
@@ -503,13 +520,16 @@ def _default_cache() -> Path:
 
 def _eval_table(report: dict) -> str:
     datasets, k = list(report["datasets"]), report["k"]
-    lines = [f"nDCG@{k} per dataset and macro-averaged; macro Recall@100; queries/s of one thread",
-             "| method | " + " | ".join(datasets) + " | macro | R@100 | q/s |",
-             "|---|" + "---:|" * (len(datasets) + 3)]
+    top = any(f"recall@{k}" in r["macro"] for r in report["results"].values()) and k != 100
+    lines = [(f"nDCG@{k} per dataset and macro-averaged; macro Recall@100{f' and Recall@{k}' if top else ''}; "
+             "queries/s of one thread"),
+             "| method | " + " | ".join(datasets) + f" | macro |{f' R@{k} |' if top else ''} R@100 | q/s |",
+             "|---|" + "---:|" * (len(datasets) + 3 + top)]
     for method, r in report["results"].items():
         cells = [f"{r['per_dataset'][d][f'ndcg@{k}']:.3f}" for d in datasets]
-        lines.append(f"| {method} | " + " | ".join(cells)
-                     + f" | **{r['macro'][f'ndcg@{k}']:.3f}** | {r['macro']['recall@100']:.3f} | {r['queries_per_s']:.0f} |")
+        recall_k = f" {r['macro'][f'recall@{k}']:.3f} |" if top else ""
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | **{r['macro'][f'ndcg@{k}']:.3f}** |{recall_k}"
+                     + f" {r['macro']['recall@100']:.3f} | {r['queries_per_s']:.0f} |")
     return "\n".join(lines)
 
 
@@ -526,8 +546,9 @@ def _eval_table(report: dict) -> str:
               help="With a composition: judgments, query-id<TAB>wiki/path<TAB>grade.")
 @click.option("--cache", type=click.Path(file_okay=False), help="Where converted datasets and their "
               "indexes are kept (default: $WIKIRAG_CACHE/eval or ~/.cache/wikirag/eval).")
-@click.option("--layers", help="Layers to search: bm25, dense or bm25,dense. BEIR folders: default bm25 ('dense' "
-              "embeds them with the offline model); a composition: default every layer its wikis have.")
+@click.option("--layers", help="Layers to search: bm25, dense, graph, or a mix such as bm25,graph. BEIR folders: "
+              "default bm25 ('dense' embeds them with the offline model); a composition: default every layer "
+              "its wikis have.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @clearance_option
 @click.pass_context
@@ -544,10 +565,12 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
     """
     from . import evaluate as ev
 
-    default = ("bm25", "dense") if queries_file else ("bm25",)
+    default = ("bm25", "dense", "graph") if queries_file else ("bm25",)
     layer_names = tuple(x.strip() for x in layers.split(",") if x.strip()) if layers else default
-    if not layer_names or set(layer_names) - {"bm25", "dense"}:
-        raise click.UsageError(f"--layers takes bm25, dense or bm25,dense, not {layers!r}")
+    if not layer_names or set(layer_names) - {"bm25", "dense", "graph"}:
+        raise click.UsageError(f"--layers takes bm25, dense, graph or a comma-separated mix, not {layers!r}")
+    if not queries_file and "graph" in layer_names:
+        raise click.UsageError("--layers graph needs a composition with --queries/--qrels (BEIR documents have no links)")
     methods = list(fusions) or sorted(FUSIONS)
     if "default" in methods:
         methods.remove("default")

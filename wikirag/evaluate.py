@@ -276,7 +276,9 @@ def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, 
 def evaluate_composition(ws: Workspace, composition: str, queries: list[tuple[str, str]],
                          qrels: dict[str, dict[str, int]], methods: Iterable[str], *, clearance: Level | str,
                          k: int = NDCG_K, depth: int = 200, layers: Sequence[str] = LAYERS) -> dict[str, MethodResult]:
-    """A team's own judgments: qrels name documents as ``wiki/path`` (a page of a wiki)."""
+    """A team's own judgments: qrels name documents as ``wiki/path`` (a page of a wiki). Besides nDCG@k and
+    Recall@100 this reports Recall@k: with one answer page per question, the share of questions whose
+    page is in the top k."""
     results: dict[str, MethodResult] = {}
     judged = [(qid, text) for qid, text in queries if any(g > 0 for g in qrels.get(qid, {}).values())]
     if not judged:
@@ -286,13 +288,14 @@ def evaluate_composition(ws: Workspace, composition: str, queries: list[tuple[st
         ranked_documents(ws, composition, judged[0][1], depth=depth, fusion=fusion, clearance=clearance,
                          layers=layers)
         started = time.perf_counter()
-        ndcgs, recalls = [], []
+        ndcgs, recalls, top_recalls = [], [], []
         for qid, text in judged:
             ranked = ranked_documents(ws, composition, text, depth=depth, fusion=fusion, clearance=clearance,
                                       layers=layers)
             ndcgs.append(ndcg_at_k(ranked, qrels[qid], k))
             recalls.append(recall_at_k(ranked, qrels[qid]))
-        metrics = {f"ndcg@{k}": _mean(ndcgs), f"recall@{RECALL_K}": _mean(recalls)}
+            top_recalls.append(recall_at_k(ranked, qrels[qid], k))
+        metrics = {f"ndcg@{k}": _mean(ndcgs), f"recall@{k}": _mean(top_recalls), f"recall@{RECALL_K}": _mean(recalls)}
         results[method] = MethodResult({composition: metrics}, dict(metrics),
                                        len(judged) / max(time.perf_counter() - started, 1e-9))
     return results

@@ -30,6 +30,10 @@ import numpy as np
 from .errors import QueryError
 
 RRF_K = 60
+# weight of a list in RRF by its layer: the graph layer's list (passages linked from the top hits, ranked
+# without looking at the question) counts 0.15, so that being linked promotes a passage that also
+# matches the question, but a weak match that happens to be linked does not beat the best direct one
+LAYER_WEIGHTS = {"graph": 0.15}
 _SHIFT = 40  # (wiki, chunk) packed into one int64 key: chunk ids below 2**40
 
 
@@ -185,7 +189,13 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int, wiki_prior: np.nda
 
 @register("rrf", "Reciprocal Rank Fusion: score = Σ weight / (60 + rank)")
 def rrf(c: Candidates, k: int) -> list[Fused]:
-    return top_by_passage(c, c.weights[c.wiki] / (RRF_K + c.rank), k)
+    return top_by_passage(c, c.weights[c.wiki] * layer_weights(c) / (RRF_K + c.rank), k)
+
+
+def layer_weights(c: Candidates) -> np.ndarray:
+    """Each row's layer weight in RRF (:data:`LAYER_WEIGHTS`; 1 for BM25 and dense)."""
+    per_layer = np.array([LAYER_WEIGHTS.get(name, 1.0) for name in c.layers])
+    return per_layer[c.layer] if len(c.layer) else np.ones(0)
 
 
 def layer_values(c: Candidates) -> np.ndarray:
@@ -207,7 +217,7 @@ def layer_values(c: Candidates) -> np.ndarray:
         if len(np.unique(c.layer[rows])) < 2:
             continue
         unique, first, inverse = np.unique(c.chunk[rows], return_index=True, return_inverse=True)
-        fused = np.bincount(inverse, weights=1.0 / (RRF_K + c.rank[rows]))
+        fused = np.bincount(inverse, weights=layer_weights(c)[rows] / (RRF_K + c.rank[rows]))
         order = np.lexsort((first, -fused))
         lexical = np.sort(c.score[rows][c.layer[rows] == bm25])[::-1]
         floor = lexical[-1] if len(lexical) else 1e-3

@@ -4,7 +4,8 @@ Layout of ``wikis/<name>/.index/``::
 
     CURRENT              the id of the build that serves (replaced atomically with os.replace)
     lock                 held by a running build (flock), so two builds of one wiki never overlap
-    builds/<id>/         a finished build: manifest.json, chunks.jsonl, bm25/ (bm25s files)
+    builds/<id>/         a finished build: manifest.json, chunks.jsonl, bm25/ (bm25s files),
+                         graph.json (the pages' links), dense/ (vectors, if the wiki has that layer)
     tmp-<id>/            a build in progress; removed when it fails, swept by the next build if killed
 
 A build writes a complete new folder, fsyncs it, renames it into ``builds/`` and only then points
@@ -33,15 +34,17 @@ from pathlib import Path
 import bm25s
 
 from . import __version__
+from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
 from .chunking import ENCODING_NAME, Chunk, chunk_markdown, parse_page, tag_matches
 from .dense import DenseInfo, build_layer, passage_text
 from .embeddings import EmbeddingError
 from .errors import BuildError, IndexMissing
+from .graph import LinkGraph, PageLinks
 from .sources import Skipped, decode, discover
 from .wiki import Wiki
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 Progress = Callable[[str, int, int], None]  # (stage: "reading" or "embedding", done, total)
 # bumped by every build of this process, so in-process readers notice a swap at once
 build_generation = 0
@@ -78,6 +81,8 @@ class IndexStatus:
     chunks: int = 0
     changed: list[str] = field(default_factory=list)
     dense: str | None = None  # declared dense layer: "ok", "missing" or "other model"; None if not declared
+    links: int = 0  # links between pages recorded by the build
+    dangling: int = 0  # links in it that name no page of the wiki
     level_changed: str | None = None  # "confidential → public" when .wiki.yaml's level changed since the build
 
 
@@ -91,6 +96,7 @@ class LoadedIndex:
     chunks: list[Chunk]
     bm25: BM25Layer
     folder: Path
+    graph: LinkGraph
 
     @property
     def dense(self) -> DenseInfo | None:
@@ -174,8 +180,9 @@ def load(wiki: Wiki) -> LoadedIndex:
                         f"the index of wiki '{wiki.name}' is damaged ({name} does not match its "
                         f"checksum): rebuild it with 'wikirag build {wiki.name}'"
                     )
-            return LoadedIndex(wiki.name, build_id, manifest, _read_chunks(folder / "chunks.jsonl"),
-                               BM25Layer.load(folder / "bm25"), folder)
+            chunks = _read_chunks(folder / "chunks.jsonl")
+            return LoadedIndex(wiki.name, build_id, manifest, chunks, BM25Layer.load(folder / "bm25"), folder,
+                               LinkGraph(*graph_mod.load_pages(folder), chunks))
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -202,20 +209,21 @@ def _build_lock(wiki: Wiki) -> Iterator[None]:
         yield
 
 
-def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk]]]:
-    """The serving build's id, manifest and chunks by path; nothing usable → ``(id, None, {})``."""
+def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk]], dict[str, PageLinks]]:
+    """The serving build's id, manifest, chunks and links by path; nothing usable → ``(id, None, {}, {})``."""
     build_id = current_build_id(wiki)
     if build_id is None:
-        return None, None, {}
+        return None, None, {}, {}
     try:
         manifest = _read_manifest(wiki, build_id)
         chunks = _read_chunks(wiki.index_dir / "builds" / build_id / "chunks.jsonl")
-    except (OSError, ValueError, TypeError, IndexMissing):
-        return build_id, None, {}  # damaged or foreign: rebuild everything
+        links, _ = graph_mod.load_pages(wiki.index_dir / "builds" / build_id)
+    except (OSError, ValueError, TypeError, KeyError, IndexMissing):
+        return build_id, None, {}, {}  # damaged or foreign: rebuild everything
     by_path: dict[str, list[Chunk]] = {}
     for chunk in chunks:
         by_path.setdefault(chunk.path, []).append(chunk)
-    return build_id, manifest, by_path
+    return build_id, manifest, by_path, links
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -235,10 +243,11 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], manifest: dict, started: float,
-                 previous: list[Path], progress: Progress | None) -> None:
+def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], links: dict[str, PageLinks], known: list[str],
+                 manifest: dict, started: float, previous: list[Path], progress: Progress | None) -> None:
     texts = [passage_text(c) for c in chunks]
     BM25Layer.build(tokenize(texts), folder / "bm25")
+    manifest["graph"] = graph_mod.save(folder, graph_mod.resolve(links, known), known)
     spec = wiki.manifest.layers.dense
     if spec is not None:
         try:
@@ -282,11 +291,12 @@ class _Collected:
     chunks: dict[str, list[Chunk]]     # path -> its passages
     skipped: list[Skipped]
     rechunked: int = 0
+    links: dict[str, PageLinks] = field(default_factory=dict)  # path -> its links (indexed pages only)
 
 
 def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, list[Chunk]],
-             skipped: list[Skipped], progress: Progress | None) -> _Collected:
-    """Read every source file; reuse the previous passages of files whose content did not change."""
+             prev_links: dict[str, PageLinks], skipped: list[Skipped], progress: Progress | None) -> _Collected:
+    """Read every source file; reuse the previous passages (and links) of files whose content did not change."""
     out = _Collected({}, {}, list(skipped))
     limit = wiki.manifest.chunking.max_file_mb * 1024 * 1024
     for i, src in enumerate(files):
@@ -314,11 +324,15 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
                 out.records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
                 out.chunks[src.path] = prev_chunks.get(src.path, [])
             else:
-                reason, chunks = _chunk_file(wiki, src.path, data)
+                reason, chunks, links = _chunk_file(wiki, src.path, data)
+                if links is not None:
+                    out.links[src.path] = links
                 out.rechunked += 1
                 out.records[src.path] = {"sha256": digest, "size": src.size, "mtime_ns": src.mtime_ns,
                                          "chunks": len(chunks), "skipped": reason}
                 out.chunks[src.path] = chunks
+        if out.chunks[src.path] and src.path not in out.links:  # reused passages: reuse the links too
+            out.links[src.path] = prev_links.get(src.path) or _read_links(src.abspath)
         if out.records[src.path]["skipped"]:
             out.skipped.append(Skipped(src.path, out.records[src.path]["skipped"]))
     if progress is not None:
@@ -326,15 +340,16 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
     return out
 
 
-def _publish(wiki: Wiki, chunks: list[Chunk], manifest: dict, started: float, previous: list[Path],
-             progress: Progress | None) -> str:
+def _publish(wiki: Wiki, chunks: list[Chunk], got: _Collected, known: list[str], manifest: dict, started: float,
+             previous: list[Path], progress: Progress | None) -> str:
     """Write a complete build into ``tmp-<id>``, move it into ``builds/`` and point CURRENT at it."""
     build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     tmp = wiki.index_dir / f"tmp-{build_id}"
     pointer = wiki.index_dir / f"CURRENT.{build_id}"
     try:
         tmp.mkdir()
-        _write_build(wiki, tmp, chunks, manifest, started, previous, progress)
+        _write_build(wiki, tmp, chunks, {p: v for p, v in got.links.items() if got.chunks.get(p)}, known,
+                     manifest, started, previous, progress)
         (wiki.index_dir / "builds").mkdir(exist_ok=True)
         os.rename(tmp, wiki.index_dir / "builds" / build_id)
         _fsync_dir(wiki.index_dir / "builds")
@@ -375,7 +390,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
     """
     started = time.perf_counter()
     with _build_lock(wiki):
-        prev_id, prev, prev_chunks = _previous(wiki)
+        prev_id, prev, prev_chunks, prev_links = _previous(wiki)
         settings = _settings(wiki)
         found = discover(wiki)
         if not found.root.is_dir():
@@ -385,7 +400,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             )
         reuse = prev is not None and not force and prev["settings"]["chunking"] == settings["chunking"]
         got = _collect(wiki, found.files, prev["files"] if reuse and prev else {}, prev_chunks,
-                       found.skipped, progress)
+                       prev_links if reuse else {}, found.skipped, progress)
         chunks = [c for path in sorted(got.chunks) for c in got.chunks[path]]
         files = sum(1 for r in got.records.values() if r["chunks"])
         if not chunks:
@@ -412,7 +427,8 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             "files": got.records,
         }
         previous = [wiki.index_dir / "builds" / prev_id / "dense"] if prev_id and prev is not None else []
-        build_id = _publish(wiki, chunks, manifest, started, [*previous, *vector_sources], progress)
+        known = [s.path for s in found.skipped if s.reason == "meta file"]
+        build_id = _publish(wiki, chunks, got, known, manifest, started, [*previous, *vector_sources], progress)
         global build_generation
         build_generation += 1
         _sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
@@ -420,19 +436,25 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
                            time.perf_counter() - started, build_id)
 
 
-def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Chunk]]:
-    """Chunk one file's bytes; return ``(reason it is skipped or None, chunks)``."""
+def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Chunk], PageLinks | None]:
+    """Chunk one file's bytes; return ``(reason it is skipped or None, chunks, its links)``."""
     text, reason = decode(data)
     if text is None:
-        return reason, []
+        return reason, [], None
     page = parse_page(text)
     if wiki.manifest.include_tags and not tag_matches(page.tags, wiki.manifest.include_tags):
-        return "no matching tag (include_tags)", []
+        return "no matching tag (include_tags)", [], None
     settings = wiki.manifest.chunking
     chunks = chunk_markdown(text, path, settings.max_tokens, settings.min_chars, page=page)
     if not chunks:
-        return f"no passage of {settings.min_chars}+ characters (empty or too short)", []
-    return None, chunks
+        return f"no passage of {settings.min_chars}+ characters (empty or too short)", [], None
+    return None, chunks, graph_mod.page_links(text, page)
+
+
+def _read_links(path: Path) -> PageLinks:
+    """The links of a page whose passages are reused but whose links the previous build did not keep."""
+    text, _ = decode(path.read_bytes())
+    return graph_mod.page_links(text or "", parse_page(text or ""))
 
 
 def level_change(manifest: dict, wiki: Wiki) -> str | None:
@@ -458,9 +480,11 @@ def status(wiki: Wiki) -> IndexStatus:
     declared, built = wiki.manifest.layers.dense, manifest.get("dense")
     dense = None if declared is None else "missing" if not built else (
         "ok" if built["model"] == declared.model else "other model")
+    graph = manifest.get("graph") or {}
     base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
             "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense,
-            "level_changed": level_change(manifest, wiki)}
+            "level_changed": level_change(manifest, wiki), "links": graph.get("links", 0),
+            "dangling": graph.get("dangling", 0)}
     if manifest["settings"] != _settings(wiki):
         return IndexStatus("stale", f"settings changed since the build: run 'wikirag build {wiki.name}'", **base)
     changed: list[str] = []

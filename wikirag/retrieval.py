@@ -29,13 +29,15 @@ from .bm25 import MergedBM25, tokenize
 from .composition import Composition
 from .embeddings import EmbeddingError
 from .errors import AccessDenied, CompositionError, IndexMissing, QueryError
-from .fusion import Candidates, Contribution
+from .fusion import Candidates, Contribution, Fused
+from .graph import ComposedGraph, Hop
 from .index import LoadedIndex
 from .wiki import Wiki
 from .workspace import Workspace
 
 MAX_K = 1000
-LAYERS = ("bm25", "dense")
+GRAPH_WINDOW = 100
+LAYERS = ("bm25", "dense", "graph")
 
 
 def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings: list[str],
@@ -78,10 +80,12 @@ class Passage:
     score: float
     text: str
     contributions: tuple[Contribution, ...] = ()
+    via: tuple[Hop, ...] = ()  # for a passage the graph layer found: the links followed to reach it
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["contributions"] = [asdict(c) for c in self.contributions]
+        data["via"] = [asdict(h) for h in self.via]
         return data
 
 
@@ -106,6 +110,17 @@ class Composed:
         self.chunks = {idx.wiki: idx.chunks for idx in indexes}
         self.stats = tuple({"chunks": idx.bm25.num_docs} for idx in indexes)
         self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
+        self._link_graphs = [idx.graph for idx in indexes]
+        self._graphs: dict[tuple, ComposedGraph] = {}
+        self._lock = threading.Lock()
+
+    def graph(self, enabled: tuple[bool, ...], tags: tuple[bool, ...]) -> ComposedGraph:
+        """The joined link graph for the wikis that opt in (cached per choice of wikis)."""
+        key = (enabled, tags)
+        with self._lock:
+            if key not in self._graphs:
+                self._graphs[key] = ComposedGraph(self.names, self._link_graphs, self.bm25.offsets, enabled, tags)
+            return self._graphs[key]
 
 
 class IndexCache:
@@ -215,6 +230,8 @@ def _search(workspace: Workspace, composition: str | Path | Composition, questio
     unknown = set(layers) - set(LAYERS)
     if unknown or not layers:
         raise QueryError(f"unknown layer(s) {sorted(unknown)}: use {', '.join(LAYERS)}")
+    if set(layers) == {"graph"}:
+        raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
@@ -240,31 +257,82 @@ def _search(workspace: Workspace, composition: str | Path | Composition, questio
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
     cols = view.bm25.columns(tokens)
-    depth = method.depth(k)
+    specs = [wiki.manifest.layers.graph for wiki in comp.wikis if wiki.name in view.names]
+    use_graph = "graph" in layers and any(specs)
+    # with the graph layer, every list is as deep as GRAPH_WINDOW whatever k: the within-wiki fusion of
+    # a linked passage's ranks then does not depend on how many passages were asked for
+    depth = max(method.depth(k), GRAPH_WINDOW) if use_graph else method.depth(k)
     rows = []
     if "bm25" in layers:
         hits = view.bm25.search_columns(cols, depth, method.scoring)
         rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
     if "dense" in layers:
         rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
-    wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
-    order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
-    candidates = Candidates(
-        wikis=view.names, layers=LAYERS, stats=view.stats,
-        weights=np.array([comp.weight(name) for name in view.names], dtype=np.float64),
-        wiki=wiki[order].astype(np.int64), layer=layer[order].astype(np.int64), chunk=chunk[order].astype(np.int64),
-        rank=rank[order].astype(np.int64), score=score[order].astype(np.float64),
-        term_counts=view.bm25.term_counts(cols) if method.term_stats else None,
-        wiki_tokens=view.bm25.wiki_tokens,
-    )
+    weights = np.array([comp.weight(name) for name in view.names], dtype=np.float64)
+    term_counts = view.bm25.term_counts(cols) if method.term_stats else None
+    candidates = _candidates(view, rows, weights, term_counts)
+    graph = None
+    if use_graph:
+        graph = view.graph(tuple(spec is not None for spec in specs), tuple(bool(spec and spec.tags) for spec in specs))
+        seed_count = max(spec.seeds for spec in specs if spec)
+        first = method.fuse(candidates, max(k, seed_count))
+        seeds = _seeds(view, first, specs, seed_count)
+        if seeds:
+            rows.append(_graph_rows(graph, seeds, specs, view.bm25.num_docs))
+            candidates = _candidates(view, rows, weights, term_counts)
+    else:
+        seeds = []
     passages = []
     for rank, hit in enumerate(method.fuse(candidates, k), start=1):
         c = view.chunks[hit.wiki][hit.id]
+        via = ()
+        if graph is not None and any(x.layer == "graph" for x in hit.contributions):
+            node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
+            via = tuple(graph.path([s for s, _ in seeds], node))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
-                                c.text, hit.contributions))
+                                c.text, hit.contributions, via))
     hint = None
     if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
                 if not tokens else "no passage contains any of the question's terms: try other words")
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
                         [w.name for w in comp.wikis])
+
+
+def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None) -> Candidates:
+    """The ranked lists' rows (wiki, layer, chunk, rank, score) as the fusion's input."""
+    wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
+    order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
+    return Candidates(
+        wikis=view.names, layers=LAYERS, stats=view.stats, weights=weights,
+        wiki=wiki[order].astype(np.int64), layer=layer[order].astype(np.int64), chunk=chunk[order].astype(np.int64),
+        rank=rank[order].astype(np.int64), score=score[order].astype(np.float64),
+        term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
+    )
+
+
+def _seeds(view: Composed, first: list[Fused], specs: list, count: int) -> list[tuple[int, float]]:
+    """The fused top ``count`` hits in wikis with a graph layer, as (node, restart weight 1/rank)."""
+    seeds = []
+    for rank, hit in enumerate(first[:count], start=1):
+        w = view.names.index(hit.wiki)
+        if specs[w] is not None:
+            seeds.append((int(view.bm25.offsets[w]) + hit.id, 1.0 / rank))
+    return seeds
+
+
+def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: list, passages: int) -> tuple:
+    """The graph layer's ranked list per wiki: passages that links lead to from the seeds, by the walk's
+    traffic arriving over links (:meth:`ComposedGraph.link_inflow`), at most the largest ``passages``
+    setting per wiki. A seed linked from another seed is in it too."""
+    nodes = np.array([s for s, _ in seeds], dtype=np.int64)
+    score = graph.link_inflow(graph.pagerank(nodes, np.array([wt for _, wt in seeds])))
+    reached = np.flatnonzero(score > 1e-12)
+    wiki = np.searchsorted(graph.offsets, reached, side="right") - 1
+    order = np.lexsort((reached, -score[reached], wiki))  # by wiki, best first
+    reached, wiki = reached[order], wiki[order]
+    starts = np.searchsorted(wiki, np.arange(len(graph.offsets) - 1))
+    rank = np.arange(len(reached)) - starts[wiki] + 1
+    keep = rank <= max(spec.passages for spec in specs if spec)
+    reached, wiki, rank = reached[keep], wiki[keep], rank[keep]
+    return (wiki, np.full(len(wiki), LAYERS.index("graph")), reached - graph.offsets[wiki], rank, score[reached])

@@ -66,10 +66,19 @@ class DenseSpec(StrictModel):
     api_base: str | None = Field(None, description="URL of a self-hosted embedding server")
 
 
+class GraphSpec(StrictModel):
+    """Opt-in graph layer: ``layers: {graph: {}}`` follows the wiki's own links at query time."""
+
+    seeds: int = Field(10, ge=1, le=100, description="how many of the fused top hits seed the link walk (1–100)")
+    passages: int = Field(10, ge=1, le=100, description="how many linked passages the layer adds per wiki (1–100)")
+    tags: bool = Field(False, description="also connect pages that share a tag (true/false)")
+
+
 class Layers(StrictModel):
     """Retrieval layers besides BM25 (which every wiki has)."""
 
     dense: DenseSpec | None = Field(None, description="the dense layer, e.g. 'dense: {}' or 'dense: {model: …}'")
+    graph: GraphSpec | None = Field(None, description="the link-graph layer, e.g. 'graph: {}' or 'graph: {tags: true}'")
 
 
 class WikiManifest(StrictModel):
