@@ -24,8 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wikirag import Workspace, build, search
-from wikirag import index as index_mod
+from wikirag import Workspace, build, search, store
 
 
 def make_workspace(home: Path, pages: int) -> Workspace:
@@ -68,7 +67,7 @@ def run(rounds: int, pages: int, seed: int = 7) -> dict:
                 finished += 1
             process.wait()
             try:
-                index_mod.load(ws.wiki("crash"))
+                store.load(ws.wiki("crash"))
                 if not search(ws, "crash", "resilient builds", clearance="public", user="fault-loop").passages:
                     raise AssertionError("no passages")
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported

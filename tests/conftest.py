@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wikirag import Workspace
-from wikirag.retrieval import DEFAULT_CACHE
+from wikirag.cache import DEFAULT_CACHE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,8 +12,9 @@ from wikirag import Workspace, build
 from wikirag.answer import answer
 from wikirag.cli import cli
 from wikirag.extractive import extract, sentences
+from wikirag.passage import Passage
 from wikirag.prompt import NO_ANSWER, SYSTEM_PROMPT, build_messages, check_citations
-from wikirag.retrieval import Passage, search
+from wikirag.retrieval import search
 
 from .conftest import make_wiki
 
@@ -130,10 +131,10 @@ def test_a_hosted_model_without_its_key_says_which_variable(built: Workspace, mo
 def test_model_from_composition_and_environment(built: Workspace, home: Path, monkeypatch) -> None:
     assert answer(built, "open", "compost", clearance="public").result.model == "extractive"
     monkeypatch.setenv("WIKIRAG_MODEL", "openai/from-env")
-    assert answer(built, "open", "compost", clearance="public")._result.model == "openai/from-env"
+    assert answer(built, "open", "compost", clearance="public").partial.model == "openai/from-env"
     (home / "rags" / "withmodel.yaml").write_text("sensitivity: public\nwikis: [alpha]\nmodel: ollama/llama3\n")
-    assert answer(built, "withmodel", "compost", clearance="public")._result.model == "ollama/llama3"
-    assert answer(built, "withmodel", "compost", clearance="public", model="extractive")._result.model == "extractive"
+    assert answer(built, "withmodel", "compost", clearance="public").partial.model == "ollama/llama3"
+    assert answer(built, "withmodel", "compost", clearance="public", model="extractive").partial.model == "extractive"
 
 
 def test_access_is_checked_before_anything_is_generated(built: Workspace) -> None:

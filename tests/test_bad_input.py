@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import CompositionError, ManifestError, Workspace, build, search
-from wikirag import index as index_mod
+from wikirag import CompositionError, ManifestError, Workspace, build, search, store
 
 from .conftest import make_wiki
 
@@ -72,7 +71,7 @@ def test_each_corpus_page_is_indexed_exactly_or_skipped_with_a_reason(home: Path
             assert name not in reasons
         else:
             assert reasons[name].startswith(expected), (name, reasons.get(name))
-    loaded = index_mod.load(Workspace(home).wiki("corpus"))
+    loaded = store.load(Workspace(home).wiki("corpus"))
     assert {c.path for c in loaded.chunks} == {"crlf-bom.md", "emoji-cjk.md"}
     for c in loaded.chunks:
         assert (folder / c.path).read_bytes().decode("utf-8")[c.start:c.end] == c.text
@@ -82,7 +81,7 @@ def test_very_long_lines_are_cut_into_bounded_passages(home: Path) -> None:
     line = " ".join(f"token{i}" for i in range(300_000))  # one 2.3 MB line
     folder = make_wiki(home, "long", {"line.md": f"# One line\n\n{line}\n"})
     build(Workspace(home).wiki("long"))
-    chunks = index_mod.load(Workspace(home).wiki("long")).chunks
+    chunks = store.load(Workspace(home).wiki("long")).chunks
     text = (folder / "line.md").read_text(encoding="utf-8")
     assert len(chunks) > 100 and all(len(c.text) < 5000 for c in chunks)
     assert all(text[c.start:c.end] == c.text for c in chunks)

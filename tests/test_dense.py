@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from wikirag import BuildError, Workspace, build, status
-from wikirag import index as index_mod
 from wikirag.cli import cli
-from wikirag.dense import DenseMismatch, store
+from wikirag.dense import store
+from wikirag.errors import DenseMismatch
 from wikirag.retrieval import search
+from wikirag.store import load as load_index
 
 from .conftest import make_wiki
 
@@ -46,11 +47,11 @@ def test_a_paraphrase_that_bm25_misses_is_found_by_the_dense_layer(dense_ws: Wor
 
 
 def test_only_new_or_changed_passages_are_embedded(dense_ws: Workspace, home: Path) -> None:
-    first = index_mod.load(dense_ws.wiki("motoring")).dense
+    first = load_index(dense_ws.wiki("motoring")).dense
     assert (first.model, first.dim, first.embedded, first.reused) == ("minilm", 384, 2, 0)
     (home / "wikis/motoring/tyres.md").write_text("# Tyres\n\nCheck tyre pressure monthly, when the tyres are cold.\n")
     build(dense_ws.wiki("motoring"))
-    second = index_mod.load(dense_ws.wiki("motoring")).dense
+    second = load_index(dense_ws.wiki("motoring")).dense
     assert (second.embedded, second.reused) == (1, 2)
     hits = search(dense_ws, "motoring", "inflating wheels", clearance="public", layers=("dense",))
     assert hits.passages[0].path == "tyres.md"
@@ -63,7 +64,7 @@ def test_an_unreachable_embedding_endpoint_fails_the_build_and_keeps_the_old_lay
         "dense: {}", "dense: {model: openai/text-embedding-3-small, api_base: 'http://127.0.0.1:9/v1'}"))
     with pytest.raises(BuildError, match="wiki 'motoring': its dense layer could not be built: .*cannot reach"):
         build(dense_ws.wiki("motoring"))
-    loaded = index_mod.load(dense_ws.wiki("motoring"))
+    loaded = load_index(dense_ws.wiki("motoring"))
     assert loaded.dense.model == "minilm"  # the previous build still serves, dense layer and all
     assert status(dense_ws.wiki("motoring")).state == "stale"
 

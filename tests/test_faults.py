@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import BuildError, IndexMissing, Workspace, build
-from wikirag import index as index_mod
+from wikirag import BuildError, IndexMissing, Workspace, build, store
 from wikirag.retrieval import search
 
 from .conftest import make_wiki
@@ -57,18 +56,18 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
     tried = 0
     for name in ("alpha", "vectors"):
         wiki = two_wikis.wiki(name)
-        folder = wiki.index_dir / "builds" / index_mod.current_build_id(wiki)
+        folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
         backup = folder.with_name("backup")
         shutil.copytree(folder, backup)
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             _damage(path, how)
             with pytest.raises(IndexMissing, match=f"damaged.*rebuild it with 'wikirag build {name}'"):
-                index_mod.load(wiki)
+                store.load(wiki)
             tried += 1
             shutil.rmtree(folder)
             shutil.copytree(backup, folder)
         shutil.rmtree(backup)
-        assert index_mod.load(wiki).chunks  # restored: loads again
+        assert store.load(wiki).chunks  # restored: loads again
     # manifest, passages, links (graph.json), 7 bm25 files (bm25s + term frequencies + lengths) × 2 wikis,
     # vectors, hashes
     assert tried == 22
@@ -76,13 +75,13 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
 
 def test_a_damaged_index_is_never_served_and_the_next_build_recovers(two_wikis: Workspace, home: Path) -> None:
     wiki = two_wikis.wiki("alpha")
-    folder = wiki.index_dir / "builds" / index_mod.current_build_id(wiki)
+    folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
     _damage(folder / "chunks.jsonl", "flip")
     with pytest.raises(IndexMissing, match="damaged"):
         search(two_wikis, "open", "compost", clearance="public")
     (wiki.index_dir / "CURRENT").write_text("no-such-build\n")
     with pytest.raises(IndexMissing, match="damaged .*build no-such-build is missing"):
-        index_mod.load(wiki)
+        store.load(wiki)
     assert build(wiki).state == "built"
     assert search(two_wikis, "open", "compost", clearance="public").passages
 
@@ -107,13 +106,13 @@ def test_a_full_disk_fails_the_build_clearly_and_keeps_the_old_index(tmp_path: P
         make_wiki(home, "tight", {}, extra=f"source: {sources}\n")
         ws = Workspace(home, recheck_seconds=0)
         build(ws.wiki("tight"))
-        before = index_mod.load(ws.wiki("tight")).build_id
+        before = store.load(ws.wiki("tight")).build_id
         words = " ".join(f"word{i}" for i in range(40_000))  # ~300 kB of distinct terms: the index outgrows 512 kB
         (sources / "big.md").write_text(f"# Big\n\n{words}\n")
         with pytest.raises(BuildError, match=r"could not write the index of wiki 'tight' \(No space left on device.*"
                                              r"the previous index still serves"):
             build(ws.wiki("tight"))
-        loaded = index_mod.load(ws.wiki("tight"))
+        loaded = store.load(ws.wiki("tight"))
         assert loaded.build_id == before and loaded.chunks
         assert not list(ws.wiki("tight").index_dir.glob("tmp-*"))
     finally:

@@ -13,8 +13,7 @@ import pytest
 import pytrec_eval
 from click.testing import CliRunner
 
-from wikirag import Workspace, build
-from wikirag import index as index_mod
+from wikirag import Workspace, build, store
 from wikirag.bm25 import MergedBM25, tokenize
 from wikirag.cli import cli
 from wikirag.evaluate import ndcg_at_k, recall_at_k
@@ -41,11 +40,11 @@ def _monolith(home: Path, names: list[str]) -> Workspace:
 def test_global_statistics_give_exactly_the_monolith_scores(home: Path, query: str) -> None:
     names = ["alpha", "beta", "gamma"]
     ws = _monolith(home, names)
-    indexes = [index_mod.load(ws.wiki(n)) for n in names]
+    indexes = [store.load(ws.wiki(n)) for n in names]
     merged = MergedBM25([i.bm25 for i in indexes])
     mine = merged.scores(merged.columns(tokenize([query])[0]), "global")
     # the reference: bm25s's own scores over one index of all the passages
-    mono = index_mod.load(ws.wiki("everything"))
+    mono = store.load(ws.wiki("everything"))
     folder = ws.wiki("everything").index_dir / "builds" / mono.build_id / "bm25"
     alone = bm25s.BM25.load(str(folder))
     ids = [alone.vocab_dict[t] for t in tokenize([query])[0] if t in alone.vocab_dict]

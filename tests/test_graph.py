@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wikirag import QueryError, Workspace, build, search
+from wikirag import QueryError, Workspace, build, search, store
 from wikirag import index as index_mod
 from wikirag.catalog import page_links
 from wikirag.cli import cli
@@ -103,7 +103,7 @@ def test_personalized_pagerank_on_a_hand_checked_graph(chain: Workspace) -> None
     # and to what it links to (weight 1), normalised: a → A 1/3, a → B 2/3; b → B 1/3, b → C 2/3;
     # c → C 1. A page leads to its passage. With restart 0.5 to a, r = 0.5·s + 0.5·Pᵀr gives
     # r_a = 6/11, r_A = 1/11, r_B = 24/121, r_b = 12/121, r_C = 16/363, r_c = 8/363.
-    graph = index_mod.load(chain.wiki("chain")).graph
+    graph = store.load(chain.wiki("chain")).graph
     composed = ComposedGraph(["chain"], [graph], np.array([0, 3]), [True], [False])
     r = composed.pagerank(np.array([0]), np.array([1.0]))
     assert r == pytest.approx([6 / 11, 12 / 121, 8 / 363, 1 / 11, 24 / 121, 16 / 363], abs=1e-6)
@@ -176,13 +176,13 @@ def test_links_are_incremental_and_resolve_anew(tmp_path: Path) -> None:
     falcon.write_text(falcon.read_text() + "\nIt also uses [[quartz]], planned.\n")
     report = build(wiki)
     assert report.rechunked == 1  # only the edited page was read again
-    graph = index_mod.load(wiki).graph
+    graph = store.load(wiki).graph
     assert [(p, x.target) for p, x in graph.dangling()] == [("projects/falcon.md", "quartz")]
     assert index_mod.status(wiki).dangling == 1
     assert len(graph.backlinks("services/cobalt.md")) == 2
     (tmp_path / "wikis" / "catalogue" / "services" / "quartz.md").write_text("# Quartz\n\nQuartz is the cache tier of the whole catalogue.\n")
     assert build(wiki).rechunked == 1  # falcon.md is not re-read, yet its link now resolves
-    graph = index_mod.load(wiki).graph
+    graph = store.load(wiki).graph
     assert graph.dangling() == []
     assert [p for p, _ in graph.backlinks("services/quartz.md")] == ["projects/falcon.md"]
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import BuildError, IndexMissing, Workspace, build, status
-from wikirag import index as index_mod
+from wikirag import BuildError, IndexMissing, Workspace, build, status, store
 from wikirag.retrieval import search
 
 from .conftest import make_wiki
@@ -20,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _chunks_on_disk(ws: Workspace, name: str) -> list[dict]:
     wiki = ws.wiki(name)
-    folder = wiki.index_dir / "builds" / index_mod.current_build_id(wiki)
+    folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
     return [json.loads(line) for line in (folder / "chunks.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
@@ -75,7 +74,7 @@ def test_a_failed_build_leaves_the_old_index_serving(ws: Workspace, home: Path, 
     def disk_full(src, dst):  # the rename into builds/ fails like a full or read-only disk
         raise OSError(28, "No space left on device", str(dst))
 
-    monkeypatch.setattr(index_mod.os, "rename", disk_full)
+    monkeypatch.setattr(store.os, "rename", disk_full)
     with pytest.raises(BuildError, match="previous index still serves"):
         build(wiki)
     monkeypatch.undo()
@@ -147,7 +146,7 @@ def test_empty_wiki_is_a_clear_error_and_keeps_the_old_index(ws: Workspace, home
     with pytest.raises(BuildError, match="nothing to index"):
         build(ws.wiki("alpha"))
     assert status(ws.wiki("alpha")).state == "stale"
-    assert index_mod.load(ws.wiki("alpha")).chunks
+    assert store.load(ws.wiki("alpha")).chunks
 
 
 def test_source_elsewhere_with_glob_tags_and_exclude_is_only_read(home: Path, tmp_path: Path) -> None:
@@ -171,16 +170,16 @@ def test_source_elsewhere_with_glob_tags_and_exclude_is_only_read(home: Path, tm
 def test_damaged_index_is_refused_with_the_fix(ws: Workspace) -> None:
     wiki = ws.wiki("alpha")
     build(wiki)
-    chunks = wiki.index_dir / "builds" / index_mod.current_build_id(wiki) / "chunks.jsonl"
+    chunks = wiki.index_dir / "builds" / store.current_build_id(wiki) / "chunks.jsonl"
     data = bytearray(chunks.read_bytes())
     data[10] ^= 0xFF
     chunks.write_bytes(bytes(data))
     with pytest.raises(IndexMissing, match="damaged.*wikirag build alpha"):
-        index_mod.load(wiki)
+        store.load(wiki)
     build(wiki)  # the next build does not trust the damaged one: it rebuilds and recovers
-    assert index_mod.load(wiki).chunks
+    assert store.load(wiki).chunks
 
 
 def test_missing_index_names_the_command(ws: Workspace) -> None:
     with pytest.raises(IndexMissing, match="wikirag build alpha"):
-        index_mod.load(ws.wiki("alpha"))
+        store.load(ws.wiki("alpha"))

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from wikirag.access import Level
 from wikirag.cli import cli
-from wikirag.errors import ConfigError
-from wikirag.users import AuthError, UserStore, sso_user
+from wikirag.errors import AuthError, ConfigError
+from wikirag.users import UserStore, sso_user
 
 
 def test_demo_accounts_apply_only_in_demo_mode_without_a_users_file(tmp_path: Path, monkeypatch) -> None:

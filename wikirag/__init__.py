@@ -19,7 +19,7 @@ _EXPORTS = {
     "Level": "access", "Composition": "composition", "AccessDenied": "errors", "BuildError": "errors",
     "CompositionError": "errors", "IndexMissing": "errors", "ManifestError": "errors", "NotFound": "errors",
     "QueryError": "errors", "WikiragError": "errors", "BuildReport": "index", "IndexStatus": "index",
-    "build": "index", "status": "index", "Passage": "retrieval", "SearchResult": "retrieval", "search": "retrieval",
+    "build": "index", "status": "index", "Passage": "passage", "SearchResult": "retrieval", "search": "retrieval",
     "Wiki": "wiki", "Workspace": "workspace",
 }
 

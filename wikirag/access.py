@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import os
 
-from .errors import AccessDenied, WikiragError
+from .errors import AccessDenied, LevelError
 
 
 class Level(enum.IntEnum):
@@ -32,7 +32,7 @@ class Level(enum.IntEnum):
         try:
             return cls[str(value).strip().upper()]
         except KeyError:
-            raise WikiragError(
+            raise LevelError(
                 f"unknown sensitivity level {value!r}: use one of {', '.join(LEVEL_NAMES)}"
             ) from None
 

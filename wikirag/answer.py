@@ -20,16 +20,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import audit, extractive, localmodel
 from .access import Level
 from .composition import Composition
-from .errors import AccessDenied, CompositionError
-from .llm import ChatStream, ContextTooLong, ModelError, check_keys
+from .errors import ContextTooLong, ModelError
+from .llm import ChatStream, check_keys
+from .passage import Passage
 from .prompt import Citation, build_messages, check_citations
-from .retrieval import Passage, audit_fields, search
+from .retrieval import audit_fields, resolve, retrieve
 from .workspace import Workspace
 
 MODEL_ENV = "WIKIRAG_MODEL"
@@ -62,13 +63,18 @@ class AnswerResult:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["passages"] = [p.to_dict() for p in self.passages]
+        data["citations"] = [c.to_dict() for c in self.citations]
         return data
 
 
 class Answer:
-    """An answer being generated: iterate for text chunks, then read :attr:`result`."""
+    """An answer being generated: iterate for text chunks, then read :attr:`result`.
+
+    :attr:`partial` is the same result object as it stands now (model, passages and warnings are set
+    from the start; text and citations fill in as the answer is generated), without waiting.
+    """
 
     def __init__(self, result: AnswerResult, api_base: str | None, timeout: float,
                  on_done: Callable[[AnswerResult], None] | None = None):
@@ -77,7 +83,18 @@ class Answer:
         self._done = False
 
     @property
+    def partial(self) -> AnswerResult:
+        """The result so far, without generating anything."""
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        """True once the answer is complete (or failed): :attr:`result` then returns at once."""
+        return self._done
+
+    @property
     def result(self) -> AnswerResult:
+        """The complete result: generates the rest of the answer first if needed."""
         if not self._done:
             for _ in self:
                 pass
@@ -157,26 +174,20 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
            k: int | None = None, fusion: str | None = None, timeout: float = 60.0,
            user: str | None = None) -> Answer:
     """Retrieve passages for ``question`` now (raising on access or composition errors) and return an
-    :class:`Answer` that generates the grounded answer when iterated. The finished answer is recorded
-    in the audit log (passage ids and cited ids, no text)."""
+    :class:`Answer` that generates the grounded answer when iterated. The composition is resolved and
+    checked once (:func:`~wikirag.retrieval.resolve`) and that result is what is searched. The finished
+    answer is recorded in the audit log (passage ids and cited ids, no text)."""
+    started = time.perf_counter()
     level = Level.parse(clearance)
     who = user or audit.default_user()
-    comp = _composition(workspace, composition, level, who)
-    found = search(workspace, comp, question, clearance=level, k=k, fusion=fusion, user=who, audit_event=None)
+    comp = resolve(workspace, composition, level, who)
+    found = retrieve(workspace, comp, question, clearance=level, k=k, fusion=fusion, user=who, started=started)
     chosen, base = resolve_model(comp, model, api_base)
     result = AnswerResult(question, comp.name, chosen, passages=found.passages, warnings=list(found.warnings),
                           retrieval_seconds=found.seconds)
 
     def done(r: AnswerResult) -> None:
         audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,
-                     cited=[audit.passage_id(r.passages[c.n - 1]) for c in r.citations], error=r.error)
+                     cited=[audit.passage_id(c.passage) for c in r.citations], error=r.error)
 
     return Answer(result, base, timeout, on_done=done)
-
-
-def _composition(workspace: Workspace, ref, level: Level, who: str) -> Composition:
-    try:
-        return workspace.composition(ref, level)
-    except (AccessDenied, CompositionError) as exc:
-        audit.record(workspace.home, "refused", user=who, clearance=level, asked=str(ref), reason=str(exc))
-        raise

@@ -1,4 +1,4 @@
-"""What a user may see: wikis, compositions and pages at or below a clearance, and comparisons.
+"""What a user may see: wikis, compositions and pages at or below a clearance, and a page's links.
 
 The app's pages call these; every function takes the caller's clearance and never returns anything
 above it. A page is read only if it is one of the wiki's own source files (the same files a build
@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import audit
 from . import index as index_mod
 from .access import Level
-from .answer import Answer, AnswerResult, answer
-from .chunking import parse_page
+from .cache import DEFAULT_CACHE
 from .composition import Composition
 from .errors import NotFound, WikiragError
 from .index import IndexStatus
+from .page import parse_page
 from .sources import decode, discover
 from .wiki import Wiki
 from .workspace import Workspace
@@ -137,8 +136,6 @@ class PageLinksView:
 
 def page_links(ws: Workspace, name: str, path: str, clearance: Level | str, user: str | None = None) -> PageLinksView:
     """The links of page ``path`` of wiki ``name`` and the links to it, limited to what ``clearance`` sees."""
-    from .retrieval import DEFAULT_CACHE
-
     level = Level.parse(clearance)
     wiki = _visible_wiki(ws, name, level, user)
     graphs = {}
@@ -164,32 +161,3 @@ def page_links(ws: Workspace, name: str, path: str, clearance: Level | str, user
                 if link.wiki == wiki.name and graph.page_index().resolve(link, "") == path:
                     back.append(LinkView(link.line, link.text, other, src))
     return PageLinksView(links, back)
-
-
-@dataclass
-class Comparison:
-    """One question answered by several compositions: each result, and which passages are shared."""
-
-    question: str
-    results: dict[str, AnswerResult]
-
-    def passage_key(self, result: AnswerResult, n: int) -> tuple[str, str, int, int]:
-        p = result.passages[n]
-        return (p.wiki, p.path, p.start, p.end)
-
-    def shared(self) -> set[tuple[str, str, int, int]]:
-        """Passages retrieved by two or more of the compositions."""
-        seen: dict[tuple, int] = {}
-        for result in self.results.values():
-            for key in {self.passage_key(result, n) for n in range(len(result.passages))}:
-                seen[key] = seen.get(key, 0) + 1
-        return {key for key, count in seen.items() if count > 1}
-
-
-def compare(ws: Workspace, compositions: list[str], question: str, *, clearance: Level | str,
-            model: str | None = None, k: int | None = None, user: str | None = None) -> Iterator[tuple[str, Answer]]:
-    """Start an answer per composition (2 to 4), in order; each is refused if above ``clearance``."""
-    if not 2 <= len(compositions) <= 4:
-        raise WikiragError("compare two to four compositions")
-    for name in compositions:
-        yield name, answer(ws, name, question, clearance=clearance, model=model, k=k, user=user)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from . import __version__, store
 from . import index as index_mod
 from .access import CLEARANCE_ENV, LEVEL_NAMES, Level
 from .config import read_yaml
-from .errors import ManifestError, WikiragError
+from .errors import ManifestError, NotFound, WikiragError
 from .fusion import DEFAULT_FUSION, FUSIONS
 from .retrieval import search
 from .wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
@@ -167,7 +167,7 @@ def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json
         _update_manifest(ws, name, source, tags, sensitivity, title)
     names = ws.wiki_names() if build_all else [name]
     if not names:
-        raise WikiragError(f"no wikis in {ws.wikis_dir}: create one with 'wikirag build NAME SOURCE --sensitivity LEVEL'")
+        raise NotFound(f"no wikis in {ws.wikis_dir}: create one with 'wikirag build NAME SOURCE --sensitivity LEVEL'")
     reports, failures = [], []
     for wiki_name in names:
         try:
@@ -253,7 +253,7 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
         result = stream.result
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
-        if stream._result.model == "local":
+        if stream.partial.model == "local":
             click.echo("using the local model (SmolLM2-135M); starting it if needed …", err=True)
         if no_stream:
             result = stream.result
@@ -358,11 +358,11 @@ def user_add(ctx, name, clearance, can_build, password):
     """
     from .users import UserStore
 
-    store = UserStore.for_home(_workspace(ctx).home)
-    if store.is_demo:  # never add real accounts to the bundled demo file
-        store = UserStore(_workspace(ctx).home / "users.yaml")
-    store.add(name, password, clearance, can_build)
-    click.echo(f"{name}: {clearance}{' (can build)' if can_build else ''} saved in {store.path}")
+    accounts = UserStore.for_home(_workspace(ctx).home)
+    if accounts.is_demo:  # never add real accounts to the bundled demo file
+        accounts = UserStore(_workspace(ctx).home / "users.yaml")
+    accounts.add(name, password, clearance, can_build)
+    click.echo(f"{name}: {clearance}{' (can build)' if can_build else ''} saved in {accounts.path}")
 
 
 @user.command(name="remove")
@@ -375,9 +375,9 @@ def user_remove(ctx, name):
     """
     from .users import UserStore
 
-    store = UserStore.for_home(_workspace(ctx).home)
-    if store.is_demo or not store.remove(name):
-        raise WikiragError(f"no account '{name}' in {store.path}")
+    accounts = UserStore.for_home(_workspace(ctx).home)
+    if accounts.is_demo or not accounts.remove(name):
+        raise NotFound(f"no account '{name}' in {accounts.path}")
     click.echo(f"{name} removed")
 
 
@@ -390,10 +390,10 @@ def user_list(ctx):
     """
     from .users import UserStore
 
-    store = UserStore.for_home(_workspace(ctx).home)
-    for name, account in sorted(store.load().users.items()):
+    accounts = UserStore.for_home(_workspace(ctx).home)
+    for name, account in sorted(accounts.load().users.items()):
         click.echo(f"{name:<24} {account.clearance}{'  can build' if account.can_build else ''}")
-    if store.is_demo:
+    if accounts.is_demo:
         click.echo("(the bundled demo accounts: add real ones with 'wikirag user add')", err=True)
 
 
@@ -490,7 +490,7 @@ def check(ctx):
             continue
         if state.state in ("fresh", "stale"):
             try:
-                graphs[name] = index_mod.load(wiki).graph
+                graphs[name] = store.load(wiki).graph
             except WikiragError as exc:
                 click.echo(f"note: {exc}", err=True)
         if state.state != "fresh":

@@ -12,27 +12,24 @@ model: openai/gpt-4o-mini  # optional: the model for answers (default: $WIKIRAG_
 api_base: http://127.0.0.1:11434   # optional: a self-hosted OpenAI-compatible server
 ```
 
-Loading checks that every wiki exists and sits at or below the composition's level; violations are
-errors naming the file, the line, the wiki and both levels. Adding a wiki is one line and re-indexes
-nothing: each wiki keeps its own index.
+This module is the spec only: the file's schema, :func:`parse` and the :class:`Composition` value.
+Looking up the listed wikis and checking their levels against the composition's is the workspace's job
+(:meth:`wikirag.workspace.Workspace.composition`). Adding a wiki is one line and re-indexes nothing:
+each wiki keeps its own index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
 
 from . import fusion
 from .access import Level
 from .config import StrictModel, read_yaml, validate
-from .errors import CompositionError, ManifestError, NotFound, QueryError
+from .errors import CompositionError
 from .wiki import LEVEL_HELP, LevelField, Wiki, check_slug
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
 
 DEFAULT_K = 5
 MAX_K = 200
@@ -122,49 +119,3 @@ def parse(path: Path) -> tuple[str, CompositionSpec, dict]:
             f"'{path.stem}': set 'name: {path.stem}' or rename the file"
         )
     return spec.name or path.stem, spec, lines
-
-
-def resolve(name: str, path: Path | None, spec: CompositionSpec, workspace: Workspace,
-            lines: dict | None = None) -> Composition:
-    """Look up the spec's wikis (their manifests as they are now) and check each is at or below the
-    composition's level."""
-    problems: list[str] = []
-    wikis: list[Wiki] = []
-    ceiling = spec.sensitivity
-
-    def at(i: int) -> str:
-        where = str(path) if path else f"composition '{name}'"
-        line = (lines or {}).get(("wikis", i))
-        return f"{where}:{line}" if line else where
-
-    for i, wiki_name in enumerate(spec.wikis):
-        try:
-            wiki = workspace.wiki(wiki_name)
-        except NotFound:
-            visible = [w for w in workspace.wiki_names() if workspace.level_of(w) <= ceiling]
-            problems.append(f"{at(i)}: unknown wiki '{wiki_name}': available: {', '.join(visible) or 'none'}")
-            continue
-        except ManifestError as exc:
-            problems.append(f"{at(i)}: wiki '{wiki_name}' cannot be loaded: {exc}")
-            continue
-        if wiki.manifest.sensitivity > ceiling:
-            problems.append(
-                f"{at(i)}: wiki '{wiki_name}' is {wiki.level}, above the composition's sensitivity "
-                f"{ceiling}: remove it or raise 'sensitivity' to {wiki.level}"
-            )
-            continue
-        wikis.append(wiki)
-    if problems:
-        raise CompositionError("\n".join(problems))
-    return Composition(name, path, spec, tuple(wikis))
-
-
-def adhoc(workspace: Workspace, wiki_names: list[str], clearance: Level | str, *,
-          k: int | None = None, fusion_name: str | None = None) -> Composition:
-    """A composition made on the spot from wikis the caller may see (its level is the caller's)."""
-    level = Level.parse(clearance)
-    try:
-        spec = CompositionSpec(sensitivity=level, wikis=wiki_names, k=k, fusion=fusion_name)
-    except ValueError as exc:
-        raise QueryError(f"cannot compose {wiki_names}: {exc}") from None
-    return resolve("ad-hoc", None, spec, workspace)

@@ -27,17 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from . import embeddings
-from .chunking import Chunk
-from .errors import WikiragError
+from .errors import DenseMismatch
+from .passage import Chunk
 
 QDRANT_URL_ENV = "QDRANT_URL"
 QDRANT_KEY_ENV = "QDRANT_API_KEY"
 VECTORS = "vectors.npy"
 HASHES = "hashes.json"
-
-
-class DenseMismatch(WikiragError):
-    """A query vector from one embedding model was used against a layer built with another."""
 
 
 def passage_text(chunk: Chunk) -> str:

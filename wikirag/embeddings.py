@@ -19,14 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import WikiragError
+from .errors import EmbeddingError
 
 DEFAULT_EMBEDDING = "minilm"
 MINILM_ID = "all-MiniLM-L6-v2 (onnx int8)"
-
-
-class EmbeddingError(WikiragError):
-    """Embedding failed (model missing, endpoint unreachable, …)."""
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ import yaml
 from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level
-from .errors import WikiragError
+from .errors import EvalError
 from .retrieval import LAYERS, search
 from .wiki import write_manifest
 from .workspace import Workspace
@@ -90,7 +90,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             if not line.strip() or (n == 1 and not parts[-1].lstrip("-").isdigit()):
                 continue
             if len(parts) < 3 or not parts[-1].lstrip("-").isdigit():
-                raise WikiragError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score'")
+                raise EvalError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score'")
             qrels.setdefault(parts[0], {})[parts[-2]] = int(parts[-1])
     return qrels
 
@@ -110,7 +110,7 @@ def read_queries(path: Path) -> list[tuple[str, str]]:
                     qid, text = line.rstrip("\n").split("\t", 1)
                     queries.append((qid, text))
             except (ValueError, KeyError):
-                raise WikiragError(f"{path}:{n}: expected a JSON object with _id and text, or id<TAB>text") from None
+                raise EvalError(f"{path}:{n}: expected a JSON object with _id and text, or id<TAB>text") from None
     return queries
 
 
@@ -118,7 +118,7 @@ def load_beir(folder: Path, exclude_self: bool = False) -> Dataset:
     """A BEIR folder's test queries that have at least one relevant document, and its qrels."""
     for part in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
         if not (folder / part).is_file():
-            raise WikiragError(f"{folder} is not a BEIR folder: {part} is missing")
+            raise EvalError(f"{folder} is not a BEIR folder: {part} is missing")
     qrels = read_qrels(folder / "qrels" / "test.tsv")
     queries = [(qid, text) for qid, text in read_queries(folder / "queries.jsonl")
                if any(g > 0 for g in qrels.get(qid, {}).values())]
@@ -184,7 +184,7 @@ def prepare(datasets: list[Dataset], cache: Path, progress: Callable[[str], None
     extra = {"layers": {"dense": {}}} if dense else {}
     names = [d.name for d in datasets]
     if len(set(names)) != len(names) or any(n.startswith(MONOLITH) for n in names):
-        raise WikiragError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}")
+        raise EvalError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}")
     for d in datasets:
         if progress:
             progress(f"converting {d.name}")
@@ -282,7 +282,7 @@ def evaluate_composition(ws: Workspace, composition: str, queries: list[tuple[st
     results: dict[str, MethodResult] = {}
     judged = [(qid, text) for qid, text in queries if any(g > 0 for g in qrels.get(qid, {}).values())]
     if not judged:
-        raise WikiragError("no query has a relevant document in the qrels: check the query ids match")
+        raise EvalError("no query has a relevant document in the qrels: check the query ids match")
     for method in methods:
         fusion = fusion_mod.get(method).name
         ranked_documents(ws, composition, judged[0][1], depth=depth, fusion=fusion, clearance=clearance,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import QueryError
+from .passage import Contribution
 
 RRF_K = 60
 # weight of a list in RRF by its layer: the graph layer's list (passages linked from the top hits, ranked
@@ -90,17 +91,6 @@ class Candidates:
             column([np.arange(1, len(r.ids) + 1) for r in lists]).astype(np.int64),
             column([r.scores for r in lists]).astype(np.float64),
         )
-
-
-@dataclass(frozen=True)
-class Contribution:
-    """Where a fused hit came from: the list's wiki and layer, its 1-based rank and raw score there."""
-
-    wiki: str
-    layer: str
-    rank: int
-    score: float
-    wiki_prior: float | None = None  # log P(wiki | query), for methods that use one
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .chunking import Chunk, Page
 from .links import Link, PageIndex, parse_links, slug
+from .page import Page
+from .passage import Chunk, Hop
 
 GRAPH_FILE = "graph.json"
 GRAPH_VERSION = 1
@@ -149,18 +150,6 @@ class LinkGraph:
         """In-wiki links that name no page."""
         return [(p, link) for p, v in sorted(self.pages.items()) for link in v.links
                 if link.wiki is None and link.to is None]
-
-
-@dataclass(frozen=True)
-class Hop:
-    """One link followed to reach a passage: the page and line it is on, its markup, where it leads."""
-
-    wiki: str
-    path: str
-    line: int
-    link: str
-    to_wiki: str
-    to_path: str
 
 
 class ComposedGraph:

@@ -1,58 +1,39 @@
-"""A wiki's index on disk: incremental, atomic builds; loading; and fresh/stale status.
+"""Building a wiki's index: read the sources, chunk what changed, write the layers; and fresh/stale status.
 
-Layout of ``wikis/<name>/.index/``::
-
-    CURRENT              the id of the build that serves (replaced atomically with os.replace)
-    lock                 held by a running build (flock), so two builds of one wiki never overlap
-    builds/<id>/         a finished build: manifest.json, chunks.jsonl, bm25/ (bm25s files),
-                         graph.json (the pages' links), dense/ (vectors, if the wiki has that layer)
-    tmp-<id>/            a build in progress; removed when it fails, swept by the next build if killed
-
-A build writes a complete new folder, fsyncs it, renames it into ``builds/`` and only then points
-``CURRENT`` at it, so a build that fails or is killed at any point leaves the previous index serving.
-The previous build is kept until the next one, so a reader that has just read ``CURRENT`` never finds
-its folder gone. ``manifest.json`` records the format version, the wikirag and bm25s versions, the
-tokenizer, BM25 and chunking settings, every source file's sha256, size, mtime and chunk count, and a
-sha256 of every index file, checked on load so a damaged index is refused, never used.
+A build reads every source file (:mod:`wikirag.sources`), reuses the passages and links of files whose
+content did not change and chunks the rest (:mod:`wikirag.chunking`, :mod:`wikirag.page`,
+:mod:`wikirag.links`), then writes the BM25 layer, the link graph, the dense layer (if the wiki has
+one) and the passages into a new build that :func:`wikirag.store.publish` makes serve atomically.
+``manifest.json`` records the format version, the wikirag and bm25s versions, the tokenizer, BM25 and
+chunking settings and every source file's sha256, size, mtime and chunk count: :func:`status` compares
+them with the sources as they are now.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import errno
-import hashlib
 import json
-import os
-import secrets
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import bm25s
 
-from . import __version__
+from . import __version__, store
 from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
-from .chunking import ENCODING_NAME, Chunk, chunk_markdown, parse_page, tag_matches
-from .dense import DenseInfo, build_layer, passage_text
-from .embeddings import EmbeddingError
-from .errors import BuildError, IndexMissing
-from .graph import LinkGraph, PageLinks
+from .chunking import ENCODING_NAME, chunk_markdown
+from .dense import build_layer, passage_text
+from .errors import BuildError, EmbeddingError, IndexMissing
+from .graph import PageLinks
+from .page import parse_page, tag_matches
+from .passage import Chunk
 from .sources import Skipped, decode, discover
+from .store import current_build_id, read_manifest, sha256
 from .wiki import Wiki
 
-FORMAT_VERSION = 4
 Progress = Callable[[str, int, int], None]  # (stage: "reading" or "embedding", done, total)
-# bumped by every build of this process, so in-process readers notice a swap at once
-build_generation = 0
-
-try:  # POSIX; on other systems two simultaneous builds of one wiki are not prevented
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -86,24 +67,6 @@ class IndexStatus:
     level_changed: str | None = None  # "confidential → public" when .wiki.yaml's level changed since the build
 
 
-@dataclass(frozen=True)
-class LoadedIndex:
-    """A wiki's index in memory. Read-only: one instance is shared by every thread of a process."""
-
-    wiki: str
-    build_id: str
-    manifest: dict
-    chunks: list[Chunk]
-    bm25: BM25Layer
-    folder: Path
-    graph: LinkGraph
-
-    @property
-    def dense(self) -> DenseInfo | None:
-        """The dense layer's model and size, if this build has one."""
-        return DenseInfo.from_manifest(self.manifest.get("dense"))
-
-
 def _settings(wiki: Wiki) -> dict:
     m = wiki.manifest
     return {
@@ -119,104 +82,14 @@ def _settings(wiki: Wiki) -> dict:
     }
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def current_build_id(wiki: Wiki) -> str | None:
-    """The id of the build that serves, or None if the wiki was never built."""
-    try:
-        return (wiki.index_dir / "CURRENT").read_text(encoding="utf-8").strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def _read_manifest(wiki: Wiki, build_id: str) -> dict:
-    path = wiki.index_dir / "builds" / build_id / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IndexMissing(
-            f"the index of wiki '{wiki.name}' is damaged ({path.name}: {exc}): "
-            f"rebuild it with 'wikirag build {wiki.name}'"
-        ) from None
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-        version = manifest.get("wikirag_version") if isinstance(manifest, dict) else None
-        raise IndexMissing(
-            f"the index of wiki '{wiki.name}' was built by wikirag {version} "
-            f"in another format: rebuild it with 'wikirag build {wiki.name}'"
-        )
-    if manifest.get("manifest_sha256") != _manifest_digest(manifest):
-        raise IndexMissing(
-            f"the index of wiki '{wiki.name}' is damaged (manifest.json does not match its checksum): "
-            f"rebuild it with 'wikirag build {wiki.name}'"
-        )
-    return manifest
-
-
-def _manifest_digest(manifest: dict) -> str:
-    """The manifest's own checksum: over its canonical JSON, without this field."""
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return _sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8"))
-
-
-def _read_chunks(path: Path) -> list[Chunk]:
-    with path.open(encoding="utf-8") as fh:
-        return [Chunk(**json.loads(line)) for line in fh]
-
-
-def load(wiki: Wiki) -> LoadedIndex:
-    """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none."""
-    for attempt in range(3):  # a concurrent build may swap CURRENT between our reads: read again
-        build_id = current_build_id(wiki)
-        if build_id is None:
-            raise IndexMissing(f"wiki '{wiki.name}' has no index yet: run 'wikirag build {wiki.name}'")
-        folder = wiki.index_dir / "builds" / build_id
-        try:
-            manifest = _read_manifest(wiki, build_id)
-            for name, digest in manifest["checksums"].items():
-                if _sha256((folder / name).read_bytes()) != digest:
-                    raise IndexMissing(
-                        f"the index of wiki '{wiki.name}' is damaged ({name} does not match its "
-                        f"checksum): rebuild it with 'wikirag build {wiki.name}'"
-                    )
-            chunks = _read_chunks(folder / "chunks.jsonl")
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, BM25Layer.load(folder / "bm25"), folder,
-                               LinkGraph(*graph_mod.load_pages(folder), chunks))
-        except (FileNotFoundError, IndexMissing):
-            if attempt < 2 and current_build_id(wiki) != build_id:
-                continue
-            if not folder.exists():
-                raise IndexMissing(
-                    f"the index of wiki '{wiki.name}' is damaged (build {build_id} is missing): "
-                    f"rebuild it with 'wikirag build {wiki.name}'"
-                ) from None
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-@contextlib.contextmanager
-def _build_lock(wiki: Wiki) -> Iterator[None]:
-    wiki.index_dir.mkdir(parents=True, exist_ok=True)
-    with open(wiki.index_dir / "lock", "a+") as fh:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise BuildError(
-                    f"another build of wiki '{wiki.name}' is running: wait for it to finish"
-                ) from None
-        yield
-
-
 def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk]], dict[str, PageLinks]]:
     """The serving build's id, manifest, chunks and links by path; nothing usable → ``(id, None, {}, {})``."""
     build_id = current_build_id(wiki)
     if build_id is None:
         return None, None, {}, {}
     try:
-        manifest = _read_manifest(wiki, build_id)
-        chunks = _read_chunks(wiki.index_dir / "builds" / build_id / "chunks.jsonl")
+        manifest = read_manifest(wiki, build_id)
+        chunks = store.read_chunks(wiki.index_dir / "builds" / build_id / "chunks.jsonl")
         links, _ = graph_mod.load_pages(wiki.index_dir / "builds" / build_id)
     except (OSError, ValueError, TypeError, KeyError, IndexMissing):
         return build_id, None, {}, {}  # damaged or foreign: rebuild everything
@@ -224,23 +97,6 @@ def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk
     for chunk in chunks:
         by_path.setdefault(chunk.path, []).append(chunk)
     return build_id, manifest, by_path, links
-
-
-def _fsync_tree(folder: Path) -> None:
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every file system lets a folder be fsynced
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], links: dict[str, PageLinks], known: list[str],
@@ -262,27 +118,6 @@ def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], links: dict[str,
             fh.write(json.dumps({"path": c.path, "start": c.start, "end": c.end, "line": c.line,
                                  "heading": c.heading, "text": c.text}, ensure_ascii=False) + "\n")
     manifest["build_seconds"] = round(time.perf_counter() - started, 3)
-    manifest["checksums"] = {
-        p.relative_to(folder).as_posix(): _sha256(p.read_bytes())
-        for p in sorted(folder.rglob("*")) if p.is_file()
-    }
-    manifest["manifest_sha256"] = _manifest_digest(manifest)
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-    _fsync_tree(folder)
-
-
-def _sweep(wiki: Wiki, keep: set[str]) -> None:
-    """Remove builds other than ``keep`` and leftovers of killed builds (we hold the build lock)."""
-    for path in wiki.index_dir.glob("tmp-*"):
-        shutil.rmtree(path, ignore_errors=True)
-    for path in wiki.index_dir.glob("CURRENT.*"):
-        with contextlib.suppress(OSError):
-            path.unlink()
-    builds = wiki.index_dir / "builds"
-    if builds.is_dir():
-        for path in builds.iterdir():
-            if path.name not in keep:
-                shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -319,7 +154,7 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
             except OSError as exc:
                 out.skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
                 continue
-            digest = _sha256(data)
+            digest = sha256(data)
             if old is not None and old["sha256"] == digest:  # touched, not changed
                 out.records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
                 out.chunks[src.path] = prev_chunks.get(src.path, [])
@@ -340,44 +175,6 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
     return out
 
 
-def _publish(wiki: Wiki, chunks: list[Chunk], got: _Collected, known: list[str], manifest: dict, started: float,
-             previous: list[Path], progress: Progress | None) -> str:
-    """Write a complete build into ``tmp-<id>``, move it into ``builds/`` and point CURRENT at it."""
-    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    tmp = wiki.index_dir / f"tmp-{build_id}"
-    pointer = wiki.index_dir / f"CURRENT.{build_id}"
-    try:
-        tmp.mkdir()
-        _write_build(wiki, tmp, chunks, {p: v for p, v in got.links.items() if got.chunks.get(p)}, known,
-                     manifest, started, previous, progress)
-        (wiki.index_dir / "builds").mkdir(exist_ok=True)
-        os.rename(tmp, wiki.index_dir / "builds" / build_id)
-        _fsync_dir(wiki.index_dir / "builds")
-        pointer.write_text(build_id + "\n", encoding="utf-8")
-        with open(pointer, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(pointer, wiki.index_dir / "CURRENT")  # the moment the new build starts serving
-        _fsync_dir(wiki.index_dir)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            pointer.unlink()
-        if not isinstance(exc, OSError):
-            raise
-        try:
-            free = shutil.disk_usage(wiki.index_dir).free
-        except OSError:
-            free = None
-        reason = exc.strerror or str(exc)
-        if exc.errno == errno.ENOSPC or (free is not None and free < 1024 * 1024):
-            reason = f"No space left on device: {free} bytes free"
-        raise BuildError(
-            f"could not write the index of wiki '{wiki.name}' ({reason}: {exc.filename or wiki.index_dir}); "
-            "the previous index still serves"
-        ) from None
-    return build_id
-
-
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
           vector_sources: list[Path] = ()) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
@@ -389,7 +186,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
     index cannot be written.
     """
     started = time.perf_counter()
-    with _build_lock(wiki):
+    with store.build_lock(wiki):
         prev_id, prev, prev_chunks, prev_links = _previous(wiki)
         settings = _settings(wiki)
         found = discover(wiki)
@@ -416,7 +213,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             return BuildReport(wiki.name, "up to date", files, len(chunks), 0, got.skipped,
                                time.perf_counter() - started, prev_id)
         manifest = {
-            "format_version": FORMAT_VERSION,
+            "format_version": store.FORMAT_VERSION,
             "wikirag_version": __version__,
             "bm25s_version": bm25s.__version__,
             "wiki": wiki.name,
@@ -428,10 +225,10 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
         }
         previous = [wiki.index_dir / "builds" / prev_id / "dense"] if prev_id and prev is not None else []
         known = [s.path for s in found.skipped if s.reason == "meta file"]
-        build_id = _publish(wiki, chunks, got, known, manifest, started, [*previous, *vector_sources], progress)
-        global build_generation
-        build_generation += 1
-        _sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
+        links = {p: v for p, v in got.links.items() if got.chunks.get(p)}
+        build_id = store.publish(wiki, manifest, lambda folder: _write_build(
+            wiki, folder, chunks, links, known, manifest, started, [*previous, *vector_sources], progress))
+        store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
         return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
                            time.perf_counter() - started, build_id)
 
@@ -457,15 +254,6 @@ def _read_links(path: Path) -> PageLinks:
     return graph_mod.page_links(text or "", parse_page(text or ""))
 
 
-def level_change(manifest: dict, wiki: Wiki) -> str | None:
-    """``"old → new"`` when the wiki's level in ``.wiki.yaml`` differs from the one it was indexed under.
-
-    The level that applies is always the manifest's, read at query time; this only reports the change.
-    """
-    built = manifest.get("sensitivity")
-    return f"{built} → {wiki.level}" if built and built != str(wiki.level) else None
-
-
 def status(wiki: Wiki) -> IndexStatus:
     """Compare the serving build with the sources now: ``fresh``, ``stale``, ``missing``, ``incompatible``."""
     build_id = current_build_id(wiki)
@@ -473,7 +261,7 @@ def status(wiki: Wiki) -> IndexStatus:
         return IndexStatus("missing", f"never built: run 'wikirag build {wiki.name}'",
                            dense="missing" if wiki.manifest.layers.dense else None)
     try:
-        manifest = _read_manifest(wiki, build_id)
+        manifest = read_manifest(wiki, build_id)
     except IndexMissing as exc:
         return IndexStatus("incompatible", str(exc), build_id)
     recorded: dict[str, dict] = manifest["files"]
@@ -483,7 +271,7 @@ def status(wiki: Wiki) -> IndexStatus:
     graph = manifest.get("graph") or {}
     base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
             "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense,
-            "level_changed": level_change(manifest, wiki), "links": graph.get("links", 0),
+            "level_changed": store.level_change(manifest, wiki), "links": graph.get("links", 0),
             "dangling": graph.get("dangling", 0)}
     if manifest["settings"] != _settings(wiki):
         return IndexStatus("stale", f"settings changed since the build: run 'wikirag build {wiki.name}'", **base)
@@ -495,7 +283,7 @@ def status(wiki: Wiki) -> IndexStatus:
             changed.append(f"added {src.path}")
         elif (old["size"], old["mtime_ns"]) != (src.size, src.mtime_ns):
             try:
-                if old["sha256"] is None or _sha256(src.abspath.read_bytes()) != old["sha256"]:
+                if old["sha256"] is None or sha256(src.abspath.read_bytes()) != old["sha256"]:
                     changed.append(f"modified {src.path}")
             except OSError:
                 changed.append(f"unreadable {src.path}")

@@ -12,18 +12,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import WikiragError
+from .errors import ContextTooLong, ModelError
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_RETRIES = 2
-
-
-class ModelError(WikiragError):
-    """A model call failed. The message says what happened and what to do."""
-
-
-class ContextTooLong(ModelError):
-    """The prompt does not fit the model's context window."""
 
 
 def litellm_module():

@@ -30,7 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import WikiragError
+from .errors import LocalModelError
 from .prompt import NO_ANSWER
 
 ALIAS = "smollm2"
@@ -46,10 +46,6 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-
-
-class LocalModelError(WikiragError):
-    """The local model cannot be started or reached."""
 
 
 @dataclass(frozen=True)

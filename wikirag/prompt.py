@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .retrieval import Passage
+from .passage import Passage
 
 NO_ANSWER = "The passages do not contain the answer."
 
@@ -55,15 +55,40 @@ def build_messages(question: str, passages: list[Passage]) -> list[dict[str, str
 
 @dataclass(frozen=True)
 class Citation:
-    """A verified ``[n]``: the passage it names, with exact offsets into the source file."""
+    """A verified ``[n]``: the passage it names (``passage``, with exact offsets into the source file)."""
 
     n: int
-    wiki: str
-    path: str
-    start: int
-    end: int
-    line: int
-    heading: str
+    passage: Passage
+
+    @property
+    def wiki(self) -> str:
+        return self.passage.wiki
+
+    @property
+    def path(self) -> str:
+        return self.passage.path
+
+    @property
+    def start(self) -> int:
+        return self.passage.start
+
+    @property
+    def end(self) -> int:
+        return self.passage.end
+
+    @property
+    def line(self) -> int:
+        return self.passage.line
+
+    @property
+    def heading(self) -> str:
+        return self.passage.heading
+
+    def to_dict(self) -> dict:
+        """The citation as JSON shows it: the number and where the passage is (its text is in ``passages``)."""
+        p = self.passage
+        return {"n": self.n, "wiki": p.wiki, "path": p.path, "start": p.start, "end": p.end, "line": p.line,
+                "heading": p.heading}
 
 
 @dataclass(frozen=True)
@@ -84,8 +109,7 @@ def check_citations(text: str, passages: list[Passage]) -> CitationCheck:
     """Map each cited number to its passage; flag numbers that name no passage; list the uncited."""
     numbers = list(dict.fromkeys(citation_numbers(text)))
     valid = [n for n in numbers if 1 <= n <= len(passages)]
-    citations = [Citation(n, p.wiki, p.path, p.start, p.end, p.line, p.heading)
-                 for n in valid for p in [passages[n - 1]]]
+    citations = [Citation(n, passages[n - 1]) for n in valid]
     invalid = sorted(n for n in numbers if not 1 <= n <= len(passages))
     uncited = [n for n in range(1, len(passages) + 1) if n not in valid]
     return CitationCheck(citations, invalid, uncited)

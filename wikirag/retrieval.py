@@ -1,38 +1,32 @@
-"""Query a composition: search each wiki on its own, fuse, cut to the top ``k``.
+"""Query a composition: search each wiki on its own, per layer, fuse, cut to the top ``k``.
 
-Every entry point takes the caller's clearance. The composition is refused if it is above it, and each
-wiki is checked again at retrieval time (its level read from ``.wiki.yaml`` as it is now, not from the
-index), so no passage above the clearance is returned even from a hand-edited composition.
-
-Indexes load once per process (:class:`IndexCache`) and are reloaded when a build swaps in a new one
-(one ``stat`` of ``CURRENT`` per wiki per query notices it). The loaded BM25 layers of a composition are
-merged in memory once (:class:`~wikirag.bm25.MergedBM25`) so a query scores all its wikis in one pass;
-each wiki still ranks with its own statistics and contributes its own top-N list to the fusion.
+The query path, in the order data flows: :func:`resolve` loads the composition once (its wikis'
+manifests as they are now) and checks it against the caller's clearance; :func:`retrieve` checks each
+wiki once more (defence in depth), takes its serving index from the :class:`~wikirag.cache.IndexCache`,
+scores the BM25 layers of all the wikis in one pass, adds dense and graph lists where wikis have those
+layers, fuses them (:mod:`wikirag.fusion`) and returns :class:`~wikirag.passage.Passage` objects.
+:func:`search` is both steps plus the audit record; :func:`wikirag.answer.answer` calls them itself.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import audit, dense, embeddings
+from . import audit, dense, embeddings, store
 from . import fusion as fusion_mod
-from . import index as index_mod
 from .access import Level, require
-from .bm25 import MergedBM25, tokenize
+from .bm25 import tokenize
+from .cache import DEFAULT_CACHE, Composed, IndexCache
 from .composition import Composition
-from .embeddings import EmbeddingError
-from .errors import AccessDenied, CompositionError, IndexMissing, QueryError
-from .fusion import Candidates, Contribution, Fused
-from .graph import ComposedGraph, Hop
-from .index import LoadedIndex
-from .wiki import Wiki
+from .errors import AccessDenied, CompositionError, EmbeddingError, IndexMissing, QueryError
+from .fusion import Candidates, Fused
+from .graph import ComposedGraph
+from .passage import Passage
+from .store import LoadedIndex
 from .workspace import Workspace
 
 MAX_K = 1000
@@ -67,29 +61,6 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
 
 
 @dataclass(frozen=True)
-class Passage:
-    """One result: where it is (wiki, path, exact offsets, line, heading), its text and why it ranks."""
-
-    rank: int
-    wiki: str
-    path: str
-    start: int
-    end: int
-    line: int
-    heading: str
-    score: float
-    text: str
-    contributions: tuple[Contribution, ...] = ()
-    via: tuple[Hop, ...] = ()  # for a passage the graph layer found: the links followed to reach it
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["contributions"] = [asdict(c) for c in self.contributions]
-        data["via"] = [asdict(h) for h in self.via]
-        return data
-
-
-@dataclass(frozen=True)
 class SearchResult:
     """The passages of a query, best first, with warnings (stale or missing indexes) and a hint."""
 
@@ -102,87 +73,22 @@ class SearchResult:
     wikis: list[str] = field(default_factory=list)
 
 
-class Composed:
-    """The loaded indexes of one query's wikis, with their BM25 layers merged (built once, cached)."""
-
-    def __init__(self, indexes: list[LoadedIndex]):
-        self.names = tuple(idx.wiki for idx in indexes)
-        self.chunks = {idx.wiki: idx.chunks for idx in indexes}
-        self.stats = tuple({"chunks": idx.bm25.num_docs} for idx in indexes)
-        self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
-        self._link_graphs = [idx.graph for idx in indexes]
-        self._graphs: dict[tuple, ComposedGraph] = {}
-        self._lock = threading.Lock()
-
-    def graph(self, enabled: tuple[bool, ...], tags: tuple[bool, ...]) -> ComposedGraph:
-        """The joined link graph for the wikis that opt in (cached per choice of wikis)."""
-        key = (enabled, tags)
-        with self._lock:
-            if key not in self._graphs:
-                self._graphs[key] = ComposedGraph(self.names, self._link_graphs, self.bm25.offsets, enabled, tags)
-            return self._graphs[key]
+def resolve(workspace: Workspace, composition: str | Path | Composition, clearance: Level | str,
+            user: str | None = None) -> Composition:
+    """The entry point's one resolution and clearance check: load (or refresh) ``composition`` with its
+    wikis as their manifests are now, refused if it is above ``clearance``. A refusal or a bad
+    composition is recorded in the audit log once, here."""
+    level = Level.parse(clearance)
+    try:
+        return workspace.composition(composition, level)
+    except (AccessDenied, CompositionError) as exc:
+        _refused(workspace, user, level, composition, exc)
+        raise
 
 
-class IndexCache:
-    """Loaded indexes (and merged views of them) shared by every query of a process. Thread-safe.
-
-    A build in this process is seen by the next query. A build by another process (``wikirag build``
-    while the app runs) is seen within ``recheck_seconds``: until then the previous, complete index
-    keeps serving. Checking ``CURRENT`` at most that often keeps the per-wiki cost of a query low.
-    """
-
-    def __init__(self, max_views: int = 32, recheck_seconds: float = 0.5) -> None:
-        # pointer path -> (CURRENT's stat, build generation, checked at, index, warnings)
-        self._entries: dict[str, tuple[tuple | None, int, float, LoadedIndex, list[str]]] = {}
-        self._views: OrderedDict[tuple, Composed] = OrderedDict()
-        self._max_views = max_views
-        self.recheck_seconds = recheck_seconds
-        self._lock = threading.RLock()
-
-    def get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
-        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing."""
-        pointer = wiki.current_pointer
-        entry = self._entries.get(pointer)
-        now = time.monotonic()
-        if (entry is not None and entry[1] == index_mod.build_generation
-                and now - entry[2] < self.recheck_seconds):
-            return entry[3], entry[4]
-        try:
-            st = os.stat(pointer)
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            key = None
-        if entry is not None and key is not None and entry[0] == key:
-            self._entries[pointer] = (key, index_mod.build_generation, now, entry[3], entry[4])
-            return entry[3], entry[4]
-        with self._lock:
-            generation = index_mod.build_generation
-            loaded = index_mod.load(wiki)
-            state = index_mod.status(wiki)
-            warnings = [f"wiki '{wiki.name}' is stale ({state.detail})"] if state.state == "stale" else []
-            self._entries[pointer] = (key, generation, now, loaded, warnings)
-            return loaded, warnings
-
-    def merged(self, indexes: list[LoadedIndex]) -> Composed:
-        """The merged view of these exact builds (cached; a new build makes a new view)."""
-        key = tuple([idx.build_id for idx in indexes])
-        with self._lock:
-            view = self._views.get(key)
-            if view is None:
-                view = self._views[key] = Composed(indexes)
-                while len(self._views) > self._max_views:
-                    self._views.popitem(last=False)
-            else:
-                self._views.move_to_end(key)
-            return view
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._views.clear()
-
-
-DEFAULT_CACHE = IndexCache()
+def _refused(workspace: Workspace, user: str | None, level: Level, asked, exc: Exception) -> None:
+    audit.record(workspace.home, "refused", user=user or audit.default_user(), clearance=level, asked=str(asked),
+                 reason=str(exc))
 
 
 def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,
@@ -190,7 +96,7 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
            layers: tuple[str, ...] = LAYERS, cache: IndexCache | None = None,
            user: str | None = None, audit_event: str | None = "search") -> SearchResult:
     """Search ``composition`` for ``question`` as ``user`` with ``clearance``; recorded in the audit log
-    (``audit_event=None`` leaves it to the caller, as :func:`~wikirag.answer.answer` does).
+    (``audit_event=None``: not recorded, for benchmarks).
 
     ``layers`` limits the layers used (``("bm25",)``, ``("dense",)``; default: every layer a wiki has).
     Raises AccessDenied if the composition (or any of its wikis) is above the clearance,
@@ -198,15 +104,14 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
     IndexMissing only when no wiki of the composition has an index (otherwise a warning). A dense layer
     that cannot be used (missing, model unavailable) is a warning: that wiki is searched with BM25.
     """
-    clearance = Level.parse(clearance)
+    started = time.perf_counter()
+    level = Level.parse(clearance)
     who = user or audit.default_user()
-    try:
-        result = _search(workspace, composition, question, clearance, k, fusion, layers, cache)
-    except (AccessDenied, CompositionError) as exc:
-        audit.record(workspace.home, "refused", user=who, clearance=clearance, asked=str(composition), reason=str(exc))
-        raise
+    comp = resolve(workspace, composition, level, who)
+    result = retrieve(workspace, comp, question, clearance=level, k=k, fusion=fusion, layers=layers, cache=cache,
+                      user=who, started=started)
     if audit_event:
-        audit.record(workspace.home, audit_event, **audit_fields(result, who, clearance))
+        audit.record(workspace.home, audit_event, **audit_fields(result, who, level))
     return result
 
 
@@ -217,12 +122,19 @@ def audit_fields(result: SearchResult, user: str, clearance: Level) -> dict:
             "passages": [audit.passage_id(p) for p in result.passages], "seconds": round(result.seconds, 4)}
 
 
-def _search(workspace: Workspace, composition: str | Path | Composition, question: str, clearance: Level,
-            k: int | None, fusion: str | None, layers: tuple[str, ...], cache: IndexCache | None) -> SearchResult:
-    started = time.perf_counter()
-    # loading (or refreshing a given Composition) re-reads changed wiki manifests and re-checks levels
-    comp = workspace.composition(composition, clearance)
-    require(clearance, comp.level, f"composition '{comp.name}'")
+def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearance: Level, k: int | None = None,
+             fusion: str | None = None, layers: tuple[str, ...] = LAYERS, cache: IndexCache | None = None,
+             user: str | None = None, started: float | None = None) -> SearchResult:
+    """Search a composition already resolved by :func:`resolve` (no second lookup). Each wiki's level is
+    checked against ``clearance`` once more before its index is touched (defence in depth)."""
+    started = time.perf_counter() if started is None else started
+    for wiki in comp.wikis:
+        if wiki.level > clearance:  # resolving checked the composition; a wiki above it is refused here
+            try:
+                require(clearance, wiki.level, f"wiki '{wiki.name}'")
+            except AccessDenied as exc:
+                _refused(workspace, user, clearance, comp.name, exc)
+                raise
     k = comp.k if k is None else k
     if not 1 <= k <= MAX_K:
         raise QueryError(f"k must be between 1 and {MAX_K}, not {k}")
@@ -236,15 +148,13 @@ def _search(workspace: Workspace, composition: str | Path | Composition, questio
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
     for wiki in comp.wikis:
-        if wiki.level > clearance:  # defence in depth: resolving the composition checked this already
-            require(clearance, wiki.level, f"wiki '{wiki.name}'")
         try:
             loaded, index_warnings = cache.get(wiki)
         except IndexMissing as exc:
             warnings.append(str(exc))
             continue
         warnings += index_warnings
-        changed = index_mod.level_change(loaded.manifest, wiki)
+        changed = store.level_change(loaded.manifest, wiki)
         if changed:
             warnings.append(f"wiki '{wiki.name}' changed level since it was indexed ({changed}); "
                             f"it is treated as {wiki.level}: rebuild it to record the change")

@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 
 from .access import Level
 from .config import StrictModel, load_model
-from .errors import ConfigError, WikiragError
+from .errors import AccountError, AuthError, ConfigError
 from .wiki import LevelField, check_slug
 
 USERS_ENV = "WIKIRAG_USERS"
@@ -82,10 +82,6 @@ class LoginThrottle:
         with self._lock:
             for key in keys:
                 self._failures.pop(key, None)
-
-
-class AuthError(WikiragError):
-    """Signing in failed. The message never says whether the account exists."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +188,7 @@ class UserStore:
         """Add or update an account (the password is hashed with bcrypt before it is written)."""
         check_slug(name, "user name")
         if len(password) < 8:
-            raise WikiragError("a password needs at least 8 characters")
+            raise AccountError("a password needs at least 8 characters: choose a longer one")
         digest = bcrypt.hashpw(password.encode("utf-8"), bcrypt.gensalt()).decode()
         with self._lock:
             data = self.load().model_dump(mode="json")

@@ -21,8 +21,8 @@ from pathlib import Path
 from . import composition as composition_mod
 from . import wiki as wiki_mod
 from .access import Level, require
-from .composition import Composition
-from .errors import NotFound, WikiragError
+from .composition import Composition, CompositionSpec
+from .errors import CompositionError, ManifestError, NotFound, QueryError, WikiragError
 from .wiki import MANIFEST_NAME, Wiki, check_slug
 
 HOME_ENV = "WIKIRAG_HOME"
@@ -45,7 +45,7 @@ class Workspace:
         """``home``, else ``$WIKIRAG_HOME``, else the current directory; it must be a folder."""
         chosen = home or os.environ.get(HOME_ENV) or os.getcwd()
         if not Path(chosen).expanduser().is_dir():
-            raise WikiragError(f"workspace {chosen} is not a folder: pass --home DIR or set {HOME_ENV}")
+            raise NotFound(f"workspace {chosen} is not a folder: pass --home DIR or set {HOME_ENV}")
         return cls(chosen)
 
     @property
@@ -72,7 +72,7 @@ class Workspace:
         try:
             check_slug(name, "wiki name")
         except ValueError as exc:
-            raise WikiragError(str(exc)) from None
+            raise NotFound(str(exc)) from None
         return self.wikis_dir / name
 
     def wiki(self, name: str) -> Wiki:
@@ -136,7 +136,7 @@ class Workspace:
         try:
             check_slug(text, "composition name")
         except ValueError as exc:
-            raise WikiragError(str(exc)) from None
+            raise NotFound(str(exc)) from None
         for suffix in (".yaml", ".yml"):
             if (self.rags_dir / f"{text}{suffix}").is_file():
                 return self.rags_dir / f"{text}{suffix}"
@@ -172,11 +172,50 @@ class Workspace:
                     self._specs[str(path)] = (key, (name, spec, lines))
         if clearance is not None:
             require(clearance, spec.sensitivity, f"composition '{name}'")
-        return composition_mod.resolve(name, path, spec, self, lines)
+        return self._resolve(name, path, spec, lines)
 
-    def adhoc(self, wiki_names: list[str], clearance: Level | str, **kwargs) -> Composition:
-        """A composition of the given wikis, made on the spot; see :func:`composition.adhoc`."""
-        return composition_mod.adhoc(self, wiki_names, clearance, **kwargs)
+    def _resolve(self, name: str, path: Path | None, spec: CompositionSpec, lines: dict | None = None) -> Composition:
+        """Look up the spec's wikis (their manifests as they are now) and check each is at or below the
+        composition's level; every problem is reported, each with the file and line that causes it."""
+        problems: list[str] = []
+        wikis: list[Wiki] = []
+        ceiling = spec.sensitivity
+
+        def at(i: int) -> str:
+            where = str(path) if path else f"composition '{name}'"
+            line = (lines or {}).get(("wikis", i))
+            return f"{where}:{line}" if line else where
+
+        for i, wiki_name in enumerate(spec.wikis):
+            try:
+                wiki = self.wiki(wiki_name)
+            except NotFound:
+                visible = [w for w in self.wiki_names() if self.level_of(w) <= ceiling]
+                problems.append(f"{at(i)}: unknown wiki '{wiki_name}': available: {', '.join(visible) or 'none'}")
+                continue
+            except ManifestError as exc:
+                problems.append(f"{at(i)}: wiki '{wiki_name}' cannot be loaded: {exc}")
+                continue
+            if wiki.manifest.sensitivity > ceiling:
+                problems.append(
+                    f"{at(i)}: wiki '{wiki_name}' is {wiki.level}, above the composition's sensitivity "
+                    f"{ceiling}: remove it or raise 'sensitivity' to {wiki.level}"
+                )
+                continue
+            wikis.append(wiki)
+        if problems:
+            raise CompositionError("\n".join(problems))
+        return Composition(name, path, spec, tuple(wikis))
+
+    def adhoc(self, wiki_names: list[str], clearance: Level | str, *, k: int | None = None,
+              fusion_name: str | None = None) -> Composition:
+        """A composition made on the spot from wikis the caller may see (its level is the caller's)."""
+        level = Level.parse(clearance)
+        try:
+            spec = CompositionSpec(sensitivity=level, wikis=wiki_names, k=k, fusion=fusion_name)
+        except ValueError as exc:
+            raise QueryError(f"cannot compose {wiki_names}: {exc}") from None
+        return self._resolve("ad-hoc", None, spec)
 
     def check(self) -> list[str]:
         """Validate every manifest and composition; return every problem found (empty: all good)."""

@@ -1,0 +1,107 @@
+"""Loaded indexes, shared by every query of a process, and merged views of a composition's indexes.
+
+Indexes load once per process (:class:`IndexCache`) and are reloaded when a build swaps in a new one
+(one ``stat`` of ``CURRENT`` per wiki per query notices it). The loaded BM25 layers of a composition are
+merged in memory once (:class:`Composed`, holding a :class:`~wikirag.bm25.MergedBM25`) so a query scores
+all its wikis in one pass; each wiki still ranks with its own statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from . import index as index_mod
+from . import store
+from .bm25 import MergedBM25
+from .graph import ComposedGraph
+from .store import LoadedIndex
+from .wiki import Wiki
+
+
+class Composed:
+    """The loaded indexes of one query's wikis, with their BM25 layers merged (built once, cached)."""
+
+    def __init__(self, indexes: list[LoadedIndex]):
+        self.names = tuple(idx.wiki for idx in indexes)
+        self.chunks = {idx.wiki: idx.chunks for idx in indexes}
+        self.stats = tuple({"chunks": idx.bm25.num_docs} for idx in indexes)
+        self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
+        self._link_graphs = [idx.graph for idx in indexes]
+        self._graphs: dict[tuple, ComposedGraph] = {}
+        self._lock = threading.Lock()
+
+    def graph(self, enabled: tuple[bool, ...], tags: tuple[bool, ...]) -> ComposedGraph:
+        """The joined link graph for the wikis that opt in (cached per choice of wikis)."""
+        key = (enabled, tags)
+        with self._lock:
+            if key not in self._graphs:
+                self._graphs[key] = ComposedGraph(self.names, self._link_graphs, self.bm25.offsets, enabled, tags)
+            return self._graphs[key]
+
+
+class IndexCache:
+    """Loaded indexes (and merged views of them) shared by every query of a process. Thread-safe.
+
+    A build in this process is seen by the next query. A build by another process (``wikirag build``
+    while the app runs) is seen within ``recheck_seconds``: until then the previous, complete index
+    keeps serving. Checking ``CURRENT`` at most that often keeps the per-wiki cost of a query low.
+    """
+
+    def __init__(self, max_views: int = 32, recheck_seconds: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        # pointer path -> (CURRENT's stat, build generation, checked at, index, warnings)
+        self._entries: dict[str, tuple[tuple | None, int, float, LoadedIndex, list[str]]] = {}
+        self._views: OrderedDict[tuple, Composed] = OrderedDict()
+        self._max_views = max_views
+        self.recheck_seconds = recheck_seconds
+        self._clock = clock  # seconds; a test passes its own to step through the recheck interval
+        self._lock = threading.RLock()
+
+    def get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
+        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing."""
+        pointer = wiki.current_pointer
+        entry = self._entries.get(pointer)
+        now = self._clock()
+        if (entry is not None and entry[1] == store.build_generation
+                and now - entry[2] < self.recheck_seconds):
+            return entry[3], entry[4]
+        try:
+            st = os.stat(pointer)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = None
+        if entry is not None and key is not None and entry[0] == key:
+            self._entries[pointer] = (key, store.build_generation, now, entry[3], entry[4])
+            return entry[3], entry[4]
+        with self._lock:
+            generation = store.build_generation
+            loaded = store.load(wiki)
+            state = index_mod.status(wiki)
+            warnings = [f"wiki '{wiki.name}' is stale ({state.detail})"] if state.state == "stale" else []
+            self._entries[pointer] = (key, generation, now, loaded, warnings)
+            return loaded, warnings
+
+    def merged(self, indexes: list[LoadedIndex]) -> Composed:
+        """The merged view of these exact builds (cached; a new build makes a new view)."""
+        key = tuple([idx.build_id for idx in indexes])
+        with self._lock:
+            view = self._views.get(key)
+            if view is None:
+                view = self._views[key] = Composed(indexes)
+                while len(self._views) > self._max_views:
+                    self._views.popitem(last=False)
+            else:
+                self._views.move_to_end(key)
+            return view
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._views.clear()
+
+
+DEFAULT_CACHE = IndexCache()  # the process's cache, used when a query passes none

@@ -1,0 +1,69 @@
+"""The values that travel the query path: a passage of a file (:class:`Chunk`), a search result
+(:class:`Passage`) and why it ranks (:class:`Contribution`, :class:`Hop`).
+
+A leaf module: it imports nothing from wikirag, so every layer (chunking, fusion, the graph, prompts,
+answers) can use these types without importing the layers that make them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One passage of a markdown file; ``text`` is exactly ``file_text[start:end]``."""
+
+    path: str
+    start: int
+    end: int
+    line: int
+    heading: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Where a fused hit came from: the list's wiki and layer, its 1-based rank and raw score there."""
+
+    wiki: str
+    layer: str
+    rank: int
+    score: float
+    wiki_prior: float | None = None  # log P(wiki | query), for methods that use one
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One link followed to reach a passage: the page and line it is on, its markup, where it leads."""
+
+    wiki: str
+    path: str
+    line: int
+    link: str
+    to_wiki: str
+    to_path: str
+
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One result: where it is (wiki, path, exact offsets, line, heading), its text and why it ranks."""
+
+    rank: int
+    wiki: str
+    path: str
+    start: int
+    end: int
+    line: int
+    heading: str
+    score: float
+    text: str
+    contributions: tuple[Contribution, ...] = ()
+    via: tuple[Hop, ...] = ()  # for a passage the graph layer found: the links followed to reach it
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["contributions"] = [asdict(c) for c in self.contributions]
+        data["via"] = [asdict(h) for h in self.via]
+        return data
