@@ -25,11 +25,12 @@ import sys
 import time
 from pathlib import Path
 
+from wikirag import beir
 from wikirag import evaluate as ev
 
 REPO = Path(__file__).resolve().parents[1]
 DEV = ["beir/scifact", "classic/cranfield", "classic/cisi", "classic/lisa", "classic/npl"]
-METHODS = [ev.MONOLITH, ev.ORACLE, "rrf", "dfs", "dfs-prior"]
+METHODS = [beir.MONOLITH, ev.ORACLE, "rrf", "dfs", "dfs-prior"]
 
 
 def mixes(names: list[str]) -> list[tuple[str, list[str]]]:
@@ -49,12 +50,12 @@ def main() -> None:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         sys.exit(f"error: missing dataset folders: {', '.join(missing)} (pass --eval-dir)")
-    datasets = {f.name: ev.load_beir(f) for f in folders}
+    datasets = {f.name: beir.load_beir(f) for f in folders}
     rows = []
     for label, names in mixes(list(datasets)):
         started = time.perf_counter()
         chosen = [datasets[n] for n in names]
-        ws = ev.prepare(chosen, args.cache)
+        ws = beir.prepare(chosen, args.cache)
         results = ev.evaluate(ws, chosen, METHODS)
         rows.append({"mix": label, "datasets": names,
                      "macro_ndcg@10": {m: r.macro["ndcg@10"] for m, r in results.items()},
@@ -72,10 +73,10 @@ def main() -> None:
     print()
     for method in METHODS[2:]:
         values = [r["macro_ndcg@10"][method] for r in rows]
-        at_least = sum(r["macro_ndcg@10"][method] >= r["macro_ndcg@10"][ev.MONOLITH] - 1e-9 for r in rows)
+        at_least = sum(r["macro_ndcg@10"][method] >= r["macro_ndcg@10"][beir.MONOLITH] - 1e-9 for r in rows)
         print(f"- {method}: mean over the {len(rows)} mixes {sum(values) / len(values):.4f}; "
               f">= monolith in {at_least} of {len(rows)}")
-    mono = [r["macro_ndcg@10"][ev.MONOLITH] for r in rows]
+    mono = [r["macro_ndcg@10"][beir.MONOLITH] for r in rows]
     oracle = [r["macro_ndcg@10"][ev.ORACLE] for r in rows]
     print(f"- monolith mean {sum(mono) / len(mono):.4f}; oracle mean {sum(oracle) / len(oracle):.4f}")
 

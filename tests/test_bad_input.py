@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -132,10 +131,6 @@ def test_a_composition_of_200_wikis(home: Path) -> None:
         make_wiki(home, name, {"page.md": f"# Page {i}\n\nNotes number {i} about compost, keys and deploys.\n"})
         build(ws.wiki(name))
     (home / "rags" / "many.yaml").write_text("sensitivity: public\nwikis: [" + ", ".join(names) + "]\nk: 10\n")
-    search(ws, "many", "compost", clearance="public")  # loads 200 indexes
-    started = time.perf_counter()
     result = search(ws, "many", "notes number 150 compost", clearance="public")
-    elapsed = time.perf_counter() - started
     assert result.passages[0].wiki == "w150" and len(result.passages) == 10
-    assert elapsed < 1.0
-    print(f"\n200-wiki composition: query {elapsed * 1000:.0f} ms")
+    assert result.wikis == names and not result.warnings  # every wiki searched (its speed: bench/many_wikis.py)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -122,13 +123,23 @@ def test_list_and_check(run, home: Path) -> None:
     assert "Error: 5 problem(s) found" in checked.stderr  # beta, bad, team, secret, top
 
 
-def _commands():
-    return sorted(cli.commands)
+def _commands() -> list[str]:
+    """Every command, with the subcommands of groups (``user add``, …) as well as the group itself."""
+    names = []
+    for name, command in sorted(cli.commands.items()):
+        names.append(name)
+        if isinstance(command, click.Group):
+            names += [f"{name} {sub}" for sub in sorted(command.commands)]
+    return names
+
+
+def test_the_command_table_includes_subcommands() -> None:
+    assert {"user add", "user remove", "user list"} <= set(_commands())
 
 
 @pytest.mark.parametrize("command", _commands())
 def test_every_command_has_help_with_an_example_and_is_in_the_readme(command: str) -> None:
-    result = CliRunner().invoke(cli, [command, "-h"])
+    result = CliRunner().invoke(cli, [*command.split(), "-h"])
     assert result.exit_code == 0
     assert "Example:" in result.stdout
     assert f"wikirag {command}" in (REPO / "README.md").read_text(encoding="utf-8")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -67,6 +71,48 @@ def test_an_unreachable_embedding_endpoint_fails_the_build_and_keeps_the_old_lay
     loaded = load_index(dense_ws.wiki("motoring"))
     assert loaded.dense.model == "minilm"  # the previous build still serves, dense layer and all
     assert status(dense_ws.wiki("motoring")).state == "stale"
+
+
+class _RateLimitedEmbeddings(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-style embeddings endpoint that answers 429 to its first request, then 3-d vectors."""
+
+    requests: ClassVar[list[int]] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append(len(body["input"]))
+        if len(self.requests) == 1:
+            status, reply = 429, {"error": {"message": "slow down", "type": "rate_limit_exceeded"}}
+        else:
+            status, reply = 200, {"object": "list", "model": "fake", "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                                  "data": [{"object": "embedding", "index": i, "embedding": [1.0, float(i), 0.5]}
+                                           for i in range(len(body["input"]))]}
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Retry-After", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_rate_limited_embedding_call_is_retried(home: Path, monkeypatch) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RateLimitedEmbeddings)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    try:
+        make_wiki(home, "remote", {"a.md": "# A\n\nThe first page is about kites and how to fly them in wind.\n",
+                                   "b.md": "# B\n\nThe second page is about gliders and how they ride thermals.\n"},
+                  extra=f"layers: {{dense: {{model: openai/fake, api_base: 'http://127.0.0.1:{server.server_port}/v1'}}}}\n")
+        build(Workspace(home).wiki("remote"))
+    finally:
+        server.shutdown()
+    assert len(_RateLimitedEmbeddings.requests) >= 2  # refused once, then answered
+    loaded = load_index(Workspace(home).wiki("remote"))
+    assert (loaded.dense.model, loaded.dense.dim, loaded.dense.embedded) == ("openai/fake", 3, 2)
 
 
 def test_a_query_vector_from_another_model_is_refused(dense_ws: Workspace) -> None:

@@ -57,9 +57,14 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
     for name in ("alpha", "vectors"):
         wiki = two_wikis.wiki(name)
         folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        # every file of the build is checksummed in its manifest, and the manifest checksums itself
+        checksummed = set(json.loads((folder / "manifest.json").read_text())["checksums"])
+        assert {p.relative_to(folder).as_posix() for p in files} == checksummed | {"manifest.json"}
+        assert any(p.name == "vectors.npy" for p in files) == (name == "vectors")
         backup = folder.with_name("backup")
         shutil.copytree(folder, backup)
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        for path in files:
             _damage(path, how)
             with pytest.raises(IndexMissing, match=f"damaged.*rebuild it with 'wikirag build {name}'"):
                 store.load(wiki)
@@ -68,9 +73,7 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
             shutil.copytree(backup, folder)
         shutil.rmtree(backup)
         assert store.load(wiki).chunks  # restored: loads again
-    # manifest, passages, links (graph.json), 7 bm25 files (bm25s + term frequencies + lengths) × 2 wikis,
-    # vectors, hashes
-    assert tried == 22
+    assert tried >= 2 * 10  # manifest, passages, links and the bm25 files of each wiki, at least
 
 
 def test_a_damaged_index_is_never_served_and_the_next_build_recovers(two_wikis: Workspace, home: Path) -> None:

@@ -17,10 +17,11 @@ from wikirag import Workspace, build, store
 from wikirag.bm25 import MergedBM25, tokenize
 from wikirag.cli import cli
 from wikirag.evaluate import ndcg_at_k, recall_at_k
-from wikirag.fusion import Candidates, RankedList, dfs_prior, wiki_log_prior
+from wikirag.fusion import Candidates, dfs_prior, wiki_log_prior
 from wikirag.retrieval import search
 
 from .conftest import FIXTURES, make_wiki
+from .lists import RankedList, candidates
 
 QUERIES = ["tomatoes sun water", "deploy production rollback", "compost", "keys rotation deploys", "zzz"]
 
@@ -67,7 +68,7 @@ def test_dfs_ranks_like_the_monolith_through_search(home: Path) -> None:
 
 def _candidates(counts: list[list[float]], sizes: list[float], scores: list[float]) -> Candidates:
     lists = [RankedList(w, np.array([0]), np.array([s])) for w, s in zip(["a", "b"], scores)]
-    c = Candidates.from_lists(lists)
+    c = candidates(lists)
     return Candidates(**{**c.__dict__, "term_counts": np.array(counts, dtype=float),
                          "wiki_tokens": np.array(sizes, dtype=float)})
 
@@ -154,8 +155,11 @@ def test_eval_on_beir_folders(tmp_path: Path) -> None:
     build_id = current.read_text()
     again = CliRunner().invoke(cli, args)
     assert current.read_text() == build_id
-    assert json.loads(again.stdout)["results"]["dfs"] == {**report["results"]["dfs"],
-                                                          "queries_per_s": pytest.approx(0, abs=1e9)}
+    rerun = json.loads(again.stdout)["results"]["dfs"]
+    # the same scores from the cached indexes; the speed is measured anew (any positive rate)
+    assert (rerun["per_dataset"], rerun["macro"]) == (report["results"]["dfs"]["per_dataset"],
+                                                      report["results"]["dfs"]["macro"])
+    assert rerun["queries_per_s"] > 0
 
 
 def test_eval_rebuilds_when_the_data_changes(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from wikirag import AccessDenied, CompositionError, IndexMissing, QueryError, Workspace, build
-from wikirag.fusion import Candidates, RankedList, get, rrf
+from wikirag.fusion import get, rrf
 from wikirag.retrieval import search
+
+from .lists import RankedList, candidates
 
 
 def test_rrf_matches_a_hand_computed_example() -> None:
@@ -19,7 +21,7 @@ def test_rrf_matches_a_hand_computed_example() -> None:
         RankedList("b", np.array([20, 21]), np.array([3.0, 2.0]), weight=2.0),
         RankedList("a", np.array([12, 10]), np.array([0.9, 0.8]), layer="dense", weight=1.0),
     ]
-    fused = rrf(Candidates.from_lists(lists), k=4)
+    fused = rrf(candidates(lists), k=4)
     # b/20: 2/61 = .032787; a/10: 1/61 + 1/62 = .032522; b/21: 2/62 = .032258; a/12: 1/63 + 1/61 = .032266
     assert [(f.wiki, f.id) for f in fused] == [("b", 20), ("a", 10), ("a", 12), ("b", 21)]
     assert fused[0].score == pytest.approx(2 / 61)

@@ -175,12 +175,9 @@ class MergedBM25:
             counts[i] = np.bincount(wiki, weights=self.tf[start:end], minlength=len(self.offsets) - 1)
         return counts
 
-    def search(self, tokens: list[str], depth: int, scoring: str = "local") -> LayerHits:
-        """Score every document once, then keep each wiki's own top ``depth`` (ties: lower chunk id)."""
-        return self.search_columns(self.columns(tokens), depth, scoring)
-
     def search_columns(self, cols: list[int], depth: int, scoring: str = "local") -> LayerHits:
-        """:meth:`search` for query columns already looked up with :meth:`columns`."""
+        """Score every document once for query columns looked up with :meth:`columns`, then keep each
+        wiki's own top ``depth`` (ties: lower chunk id)."""
         if not cols or depth <= 0:
             empty = np.empty(0, dtype=np.int64)
             return LayerHits(empty, empty, empty, np.empty(0, dtype=np.float32))

@@ -28,7 +28,6 @@ class Composed:
     def __init__(self, indexes: list[LoadedIndex]):
         self.names = tuple(idx.wiki for idx in indexes)
         self.chunks = {idx.wiki: idx.chunks for idx in indexes}
-        self.stats = tuple({"chunks": idx.bm25.num_docs} for idx in indexes)
         self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
         self._link_graphs = [idx.graph for idx in indexes]
         self._graphs: dict[tuple, ComposedGraph] = {}

@@ -17,7 +17,7 @@ from . import index as index_mod
 from .access import Level
 from .cache import DEFAULT_CACHE
 from .composition import Composition
-from .errors import NotFound, WikiragError
+from .errors import AccessDenied, NotFound, WikiragError
 from .index import IndexStatus
 from .page import parse_page
 from .sources import decode, discover
@@ -41,28 +41,57 @@ class WikiInfo:
 
 def visible_wikis(ws: Workspace, clearance: Level | str) -> list[WikiInfo]:
     """Wikis at or below ``clearance`` (broken manifests are skipped: ``wikirag check`` reports them)."""
-    level = Level.parse(clearance)
-    out = []
-    for name in ws.wiki_names():
-        try:
-            wiki = ws.wiki(name)
-        except WikiragError:
-            continue
-        if wiki.level <= level:
-            out.append(WikiInfo(wiki, index_mod.status(wiki)))
-    return out
+    return listing(ws, clearance, compositions=False).wikis
 
 
 def visible_compositions(ws: Workspace, clearance: Level | str) -> list[Composition]:
     """Compositions at or below ``clearance`` that load without errors."""
-    out = []
-    for name in ws.composition_names():
+    return listing(ws, clearance, wikis=False).compositions
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``wikirag list`` shows a caller: the wikis and compositions they may see, how many others
+    there are (a count, never a name), and the problems of what they may see."""
+
+    wikis: list[WikiInfo]
+    compositions: list[Composition]
+    hidden: int
+    problems: list[str]
+
+
+def listing(ws: Workspace, clearance: Level | str, *, wikis: bool = True, compositions: bool = True) -> Listing:
+    """The wikis and compositions at or below ``clearance``, with their index status.
+
+    A wiki whose manifest cannot be read counts as ``restricted`` (fail closed): its problem is listed
+    only for a restricted caller, else it is one of the hidden. A composition whose own level is within
+    the clearance but which does not load (an unknown wiki, a wiki above its ceiling) is a problem.
+    """
+    level = Level.parse(clearance)
+    shown_wikis: list[WikiInfo] = []
+    shown_comps: list[Composition] = []
+    hidden, problems = 0, []
+    for name in ws.wiki_names() if wikis else ():
         try:
-            comp = ws.composition(name, clearance)
-        except WikiragError:
+            wiki = ws.wiki(name)
+        except WikiragError as exc:
+            if level < Level.RESTRICTED:
+                hidden += 1
+            else:
+                problems.append(str(exc))
             continue
-        out.append(comp)
-    return out
+        if wiki.level > level:
+            hidden += 1
+        else:
+            shown_wikis.append(WikiInfo(wiki, index_mod.status(wiki)))
+    for name in ws.composition_names() if compositions else ():
+        try:
+            shown_comps.append(ws.composition(name, level))
+        except AccessDenied:
+            hidden += 1
+        except WikiragError as exc:
+            problems.append(str(exc))
+    return Listing(shown_wikis, shown_comps, hidden, problems)
 
 
 def _visible_wiki(ws: Workspace, name: str, clearance: Level | str, user: str | None) -> Wiki:

@@ -19,8 +19,7 @@ from . import __version__, store
 from . import index as index_mod
 from .access import CLEARANCE_ENV, LEVEL_NAMES, Level
 from .config import read_yaml
-from .errors import ManifestError, NotFound, WikiragError
-from .fusion import DEFAULT_FUSION, FUSIONS
+from .errors import ManifestError, NotFound, QueryError, WikiragError
 from .retrieval import search
 from .wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
 from .workspace import HOME_ENV, Workspace
@@ -422,36 +421,23 @@ def list_(ctx, as_json, clearance):
 
     Example: wikirag list --clearance internal --json
     """
-    ws = _workspace(ctx)
+    from .catalog import listing
+
     level = Level.parse(clearance)
-    wikis, comps, hidden = [], [], 0
-    for name in ws.wiki_names():
-        try:
-            wiki = ws.wiki(name)
-        except WikiragError as exc:
-            click.echo(f"warning: {exc}", err=True)
-            continue
-        if wiki.level > level:
-            hidden += 1
-            continue
-        state = index_mod.status(wiki)
-        m = wiki.manifest
-        wikis.append({"name": name, "title": m.title, "description": m.description, "tags": m.tags,
-                      "sensitivity": str(wiki.level), "files": state.files, "chunks": state.chunks,
+    found = listing(_workspace(ctx), level)
+    for problem in found.problems:
+        click.echo(f"warning: {problem}", err=True)
+    wikis = []
+    for info in found.wikis:
+        m, state = info.wiki.manifest, info.status
+        wikis.append({"name": info.name, "title": m.title, "description": m.description, "tags": m.tags,
+                      "sensitivity": str(info.wiki.level), "files": state.files, "chunks": state.chunks,
                       "status": state.state, "built_at": state.built_at, "detail": state.detail,
                       "dense": state.dense, "graph": m.layers.graph is not None, "links": state.links,
                       "dangling_links": state.dangling, "level_changed": state.level_changed})
-    for name in ws.composition_names():
-        try:
-            comp = ws.composition(name)
-        except WikiragError as exc:
-            click.echo(f"warning: {exc}", err=True)
-            continue
-        if comp.level > level:
-            hidden += 1
-            continue
-        comps.append({"name": name, "description": comp.spec.description, "sensitivity": str(comp.level),
-                      "wikis": [w.name for w in comp.wikis]})
+    comps = [{"name": c.name, "description": c.spec.description, "sensitivity": str(c.level),
+              "wikis": [w.name for w in c.wikis]} for c in found.compositions]
+    hidden = found.hidden
     if as_json:
         click.echo(json.dumps({"wikis": wikis, "compositions": comps, "hidden": hidden}, indent=2, ensure_ascii=False))
         return
@@ -513,26 +499,6 @@ def check(ctx):
 
 # eval --------------------------------------------------------------------------------------------
 
-def _default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(os.environ.get("WIKIRAG_CACHE") or os.path.join(base, "wikirag")) / "eval"
-
-
-def _eval_table(report: dict) -> str:
-    datasets, k = list(report["datasets"]), report["k"]
-    top = any(f"recall@{k}" in r["macro"] for r in report["results"].values()) and k != 100
-    lines = [(f"nDCG@{k} per dataset and macro-averaged; macro Recall@100{f' and Recall@{k}' if top else ''}; "
-             "queries/s of one thread"),
-             "| method | " + " | ".join(datasets) + f" | macro |{f' R@{k} |' if top else ''} R@100 | q/s |",
-             "|---|" + "---:|" * (len(datasets) + 3 + top)]
-    for method, r in report["results"].items():
-        cells = [f"{r['per_dataset'][d][f'ndcg@{k}']:.3f}" for d in datasets]
-        recall_k = f" {r['macro'][f'recall@{k}']:.3f} |" if top else ""
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | **{r['macro'][f'ndcg@{k}']:.3f}** |{recall_k}"
-                     + f" {r['macro']['recall@100']:.3f} | {r['queries_per_s']:.0f} |")
-    return "\n".join(lines)
-
-
 @cli.command(name="eval")
 @click.argument("sources", nargs=-1, required=True)
 @click.option("--fusion", "fusions", multiple=True,
@@ -563,42 +529,19 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
 
     Example: wikirag eval ../shared/eval/beir/scifact ../shared/eval/classic/cisi --json
     """
-    from . import evaluate as ev
+    from . import evaluate
 
-    default = ("bm25", "dense", "graph") if queries_file else ("bm25",)
-    layer_names = tuple(x.strip() for x in layers.split(",") if x.strip()) if layers else default
-    if not layer_names or set(layer_names) - {"bm25", "dense", "graph"}:
+    layer_names = tuple(x.strip() for x in layers.split(",") if x.strip()) if layers is not None else None
+    if layers is not None and not layer_names:
         raise click.UsageError(f"--layers takes bm25, dense, graph or a comma-separated mix, not {layers!r}")
-    if not queries_file and "graph" in layer_names:
-        raise click.UsageError("--layers graph needs a composition with --queries/--qrels (BEIR documents have no links)")
-    methods = list(fusions) or sorted(FUSIONS)
-    if "default" in methods:
-        methods.remove("default")
-    if queries_file or qrels_file:
-        if not (queries_file and qrels_file) or len(sources) != 1:
-            raise click.UsageError("give one composition with both --queries and --qrels")
-        ws = _workspace(ctx)
-        queries, qrels = ev.read_queries(Path(queries_file)), ev.read_qrels(Path(qrels_file))
-        results = ev.evaluate_composition(ws, sources[0], queries, qrels, methods, clearance=clearance, k=k,
-                                          layers=layer_names)
-        pages = sum(index_mod.status(w).files for w in ws.composition(sources[0], clearance).wikis)
-        datasets = [ev.Dataset(sources[0], None, [q for q in queries if q[0] in qrels], qrels, docs=pages)]
-    else:
-        folders = [Path(s) for s in sources]
-        datasets = [ev.load_beir(f) for f in folders]
-        unknown = set(exclude_self) - {d.name for d in datasets}
-        if unknown:
-            raise click.UsageError(f"--exclude-self names no dataset given: {', '.join(sorted(unknown))}")
-        for d in datasets:
-            d.exclude_self = d.name in exclude_self
-        ws = ev.prepare(datasets, Path(cache) if cache else _default_cache(),
-                        progress=lambda msg: click.echo(msg, err=True), layers=layer_names)
-        results = ev.evaluate(ws, datasets, [ev.MONOLITH, ev.ORACLE, *methods], k=k, layers=layer_names,
-                              progress=lambda msg: click.echo(msg, err=True))
-    if DEFAULT_FUSION in results:
-        results["default"] = results[DEFAULT_FUSION]
-    report = ev.report(datasets, results, k)
-    click.echo(json.dumps(report, indent=2) if as_json else _eval_table(report))
+    try:
+        report = evaluate.run(sources, workspace=_workspace(ctx), methods=fusions, k=k, exclude_self=exclude_self,
+                              queries=Path(queries_file) if queries_file else None,
+                              qrels=Path(qrels_file) if qrels_file else None, cache=Path(cache) if cache else None,
+                              layers=layer_names, clearance=clearance, progress=lambda msg: click.echo(msg, err=True))
+    except QueryError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(json.dumps(report, indent=2) if as_json else evaluate.table(report))
 
 
 def main() -> None:

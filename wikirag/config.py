@@ -7,6 +7,7 @@ Used for wiki manifests (``.wiki.yaml``) and compositions (``rags/*.yaml``). Mod
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
+
+CACHE_ENV = "WIKIRAG_CACHE"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -109,3 +112,12 @@ def load_model(model: type[M], path: Path, error: type[ConfigError], missing_hin
     """Read and validate ``path`` as ``model`` in one step."""
     data, lines = read_yaml(path, error, missing_hint)
     return validate(model, data, path, lines, error)
+
+
+def cache_dir() -> Path:
+    """wikirag's cache folder: ``$WIKIRAG_CACHE``, else ``$XDG_CACHE_HOME/wikirag``, else ``~/.cache/wikirag``
+    (converted evaluation data, the local model server's state)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "wikirag"

@@ -5,7 +5,7 @@
   ``--no-deps``), run by onnxruntime. 384 dimensions, texts cut at 256 word pieces. Nothing is
   downloaded. Chosen by measurement on SciFact (README, "Dense layer").
 * any other name is a LiteLLM embedding model (``openai/text-embedding-3-small``,
-  ``ollama/nomic-embed-text``, …), called in batches with retries and rate-limit back-off.
+  ``ollama/nomic-embed-text``, …), called in batches; LiteLLM retries failed calls (``num_retries``).
 
 Vectors are unit length, so a dot product is the cosine similarity.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -79,7 +78,7 @@ class MiniLM:
 
 
 class LiteLLMEmbedder:
-    """Any LiteLLM embedding model, in batches, retried with back-off on rate limits and time-outs."""
+    """Any LiteLLM embedding model, in batches; LiteLLM retries rate limits and time-outs with back-off."""
 
     def __init__(self, model: str, api_base: str | None = None, batch_size: int = 64, retries: int = 4,
                  timeout: float = 60.0):
@@ -88,23 +87,18 @@ class LiteLLMEmbedder:
         self.dim: int | None = None
 
     def _call(self, batch: list[str]) -> list[list[float]]:
+        """One batch, retried by LiteLLM (``num_retries``, with its back-off) as the chat calls are."""
         from .llm import _explain, litellm_module
 
         litellm = litellm_module()
-        kwargs = {"model": self.name, "input": batch, "timeout": self.timeout}
+        kwargs = {"model": self.name, "input": batch, "timeout": self.timeout, "num_retries": self.retries}
         if self.api_base:
             kwargs["api_base"] = self.api_base
-        for attempt in range(self.retries + 1):
-            try:
-                response = litellm.embedding(**kwargs)
-                return [item["embedding"] if isinstance(item, dict) else item.embedding for item in response.data]
-            except (litellm.RateLimitError, litellm.Timeout, litellm.ServiceUnavailableError) as exc:
-                if attempt == self.retries:
-                    raise EmbeddingError(str(_explain(exc, self.name, self.api_base))) from None
-                time.sleep(min(2 ** attempt, 30))  # back off: 1, 2, 4, 8 … seconds
-            except Exception as exc:  # noqa: BLE001 - every provider failure becomes one clear message
-                raise EmbeddingError(str(_explain(exc, self.name, self.api_base))) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            response = litellm.embedding(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - every provider failure becomes one clear message
+            raise EmbeddingError(str(_explain(exc, self.name, self.api_base))) from None
+        return [item["embedding"] if isinstance(item, dict) else item.embedding for item in response.data]
 
     def embed(self, texts: Sequence[str], progress=None) -> np.ndarray:
         rows: list[list[float]] = []

@@ -1,12 +1,11 @@
 """Retrieval evaluation on the product's own code path: ``wikirag eval``.
 
-Each BEIR-format folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``) becomes one wiki:
-every document is written as a markdown page (``# title`` + text) into a cache folder, and the wiki is
-built and queried exactly as any other (same chunking, BM25 layer and fusion as ``wikirag query``). A
-document's rank is its best passage's. The conversion and the indexes are cached and redone only when
-the data changes. Every test query of every folder runs against the composition of all folders and is
-scored on its own qrels, for each fusion method and two baselines: ``monolith`` (one wiki over all the
-folders) and ``oracle`` (the query's own folder only).
+Every test query of every BEIR folder (converted into wikis by :mod:`wikirag.beir`) runs against the
+composition of all folders, through the same search as ``wikirag query``, and is scored on its own
+qrels, for each fusion method and two baselines: ``monolith`` (one wiki over all the folders) and
+``oracle`` (the query's own folder only). A document's rank is its best passage's. A team's own
+judgments over a composition are scored the same way (:func:`evaluate_composition`). :func:`run` is
+the whole command; :func:`table` renders its report as markdown.
 
 Metrics: nDCG@10 as trec_eval computes it (linear gains, the ideal ranking from the qrels) and
 Recall@100, per dataset and macro-averaged over datasets; a query that retrieves nothing scores 0.
@@ -14,44 +13,25 @@ Recall@100, per dataset and macro-averaged over datasets; a query that retrieves
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from . import beir
 from . import fusion as fusion_mod
 from . import index as index_mod
 from .access import Level
-from .errors import EvalError
+from .beir import MONOLITH, Dataset, beir_doc
+from .config import cache_dir
+from .errors import EvalError, QueryError
 from .retrieval import LAYERS, search
-from .wiki import write_manifest
 from .workspace import Workspace
 
 NDCG_K = 10
 RECALL_K = 100
-MONOLITH = "monolith"
 ORACLE = "oracle"
-# documents are the unit being judged: keep short ones (NPL's titles) that passages would drop
-EVAL_CHUNKING = {"max_tokens": 512, "min_chars": 1}
-
-
-@dataclass
-class Dataset:
-    """One judged collection: its queries (id, text) and graded relevance judgments."""
-
-    name: str
-    folder: Path | None
-    queries: list[tuple[str, str]]
-    qrels: dict[str, dict[str, int]]
-    docs: int = 0
-    exclude_self: bool = False
 
 
 @dataclass
@@ -74,150 +54,7 @@ def recall_at_k(ranked: Sequence[str], rels: dict[str, int], k: int = RECALL_K) 
     return len(relevant.intersection(ranked[:k])) / len(relevant) if relevant else 0.0
 
 
-# data ---------------------------------------------------------------------------------------------
-
-def _slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_") or "data"
-    return slug if slug[0].isalnum() else f"d{slug}"
-
-
-def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """A TSV of ``query-id  corpus-id  score`` (a header line is skipped)."""
-    qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if not line.strip() or (n == 1 and not parts[-1].lstrip("-").isdigit()):
-                continue
-            if len(parts) < 3 or not parts[-1].lstrip("-").isdigit():
-                raise EvalError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score'")
-            qrels.setdefault(parts[0], {})[parts[-2]] = int(parts[-1])
-    return qrels
-
-
-def read_queries(path: Path) -> list[tuple[str, str]]:
-    """JSON lines ``{"_id": …, "text": …}``, or a TSV of ``id<TAB>text``."""
-    queries = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                if line.lstrip().startswith("{"):
-                    item = json.loads(line)
-                    queries.append((str(item["_id"]), str(item["text"])))
-                else:
-                    qid, text = line.rstrip("\n").split("\t", 1)
-                    queries.append((qid, text))
-            except (ValueError, KeyError):
-                raise EvalError(f"{path}:{n}: expected a JSON object with _id and text, or id<TAB>text") from None
-    return queries
-
-
-def load_beir(folder: Path, exclude_self: bool = False) -> Dataset:
-    """A BEIR folder's test queries that have at least one relevant document, and its qrels."""
-    for part in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
-        if not (folder / part).is_file():
-            raise EvalError(f"{folder} is not a BEIR folder: {part} is missing")
-    qrels = read_qrels(folder / "qrels" / "test.tsv")
-    queries = [(qid, text) for qid, text in read_queries(folder / "queries.jsonl")
-               if any(g > 0 for g in qrels.get(qid, {}).values())]
-    return Dataset(_slug(folder.resolve().name), folder, queries, qrels, exclude_self=exclude_self)
-
-
-def _doc_file(doc_id: str) -> str:
-    return urllib.parse.quote(doc_id, safe="").replace(".", "%2E") + ".md"
-
-
-def _doc_id(path: str) -> str:
-    return urllib.parse.unquote(Path(path).stem)
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except FileNotFoundError:
-        pass
-    path.write_text(text, encoding="utf-8")
-
-
-def _convert(dataset: Dataset, target: Path) -> int:
-    """Write each document of the corpus as ``target/<id>.md``; skip when the corpus is unchanged."""
-    corpus = dataset.folder / "corpus.jsonl"
-    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
-    stamp = target / ".corpus-sha256"
-    if stamp.is_file() and stamp.read_text() == digest:
-        return sum(1 for _ in target.glob("*.md"))
-    target.mkdir(parents=True, exist_ok=True)
-    wanted = set()
-    with corpus.open(encoding="utf-8") as fh:
-        for line in fh:
-            doc = json.loads(line)
-            title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
-            name = _doc_file(str(doc["_id"]))
-            wanted.add(name)
-            _write_if_changed(target / name, f"# {title}\n\n{text}\n" if title else f"{text}\n")
-    for stale in target.glob("*.md"):
-        if stale.name not in wanted:
-            stale.unlink()
-    stamp.write_text(digest)
-    return len(wanted)
-
-
-def monolith_name(datasets: Sequence[Dataset]) -> str:
-    """The monolith wiki of this set of datasets (one per set, so several stay cached)."""
-    names = ",".join(sorted(d.name for d in datasets))
-    return f"{MONOLITH}-{hashlib.sha256(names.encode()).hexdigest()[:8]}"
-
-
-def prepare(datasets: list[Dataset], cache: Path, progress: Callable[[str], None] | None = None,
-            layers: Sequence[str] = ("bm25",)) -> Workspace:
-    """Convert and build one wiki per dataset, plus the monolith wiki, in a cached workspace.
-
-    With ``"dense"`` in ``layers`` every wiki gets the offline dense layer; the monolith reuses the
-    datasets' vectors instead of embedding everything twice."""
-    home, corpora = cache / "workspace", cache / "corpora"
-    dense = "dense" in layers or any(  # once embedded, keep the layer (searching bm25 alone ignores it)
-        "layers:" in (home / "wikis" / d.name / ".wiki.yaml").read_text()
-        for d in datasets if (home / "wikis" / d.name / ".wiki.yaml").is_file())
-    extra = {"layers": {"dense": {}}} if dense else {}
-    names = [d.name for d in datasets]
-    if len(set(names)) != len(names) or any(n.startswith(MONOLITH) for n in names):
-        raise EvalError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}")
-    for d in datasets:
-        if progress:
-            progress(f"converting {d.name}")
-        d.docs = _convert(d, corpora / d.name)
-        write_manifest(home / "wikis" / d.name, {
-            "name": d.name, "title": d.name, "sensitivity": "public", "source": str(corpora / d.name),
-            "chunking": EVAL_CHUNKING, **extra})
-    others = sorted(p.name for p in corpora.iterdir() if p.is_dir() and p.name not in names)
-    mono = monolith_name(datasets)
-    write_manifest(home / "wikis" / mono, {
-        "name": mono, "title": "all datasets in one wiki", "sensitivity": "public", "source": str(corpora),
-        "chunking": EVAL_CHUNKING, "exclude": [f"{n}/*" for n in others], **extra})
-    ws = Workspace(home, recheck_seconds=0)
-    sources = []
-    for name in [*names, mono]:
-        if progress:
-            progress(f"indexing {name}")
-        report = index_mod.build(ws.wiki(name), vector_sources=sources)
-        sources.append(ws.wiki(name).index_dir / "builds" / report.build_id / "dense")
-    ws.rags_dir.mkdir(parents=True, exist_ok=True)
-    _write_composition(ws, "eval-all", names)
-    _write_composition(ws, "eval-monolith", [mono])
-    for name in names:
-        _write_composition(ws, f"eval-oracle-{name}", [name])
-    return ws
-
-
 # running ------------------------------------------------------------------------------------------
-
-def _write_composition(ws: Workspace, name: str, wikis: list[str]) -> None:
-    data = {"name": name, "sensitivity": "public", "wikis": wikis}
-    (ws.rags_dir / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-
 
 def ranked_documents(ws: Workspace, composition: str, question: str, *, depth: int,
                      fusion: str | None = None, clearance: Level | str = Level.PUBLIC,
@@ -225,14 +62,6 @@ def ranked_documents(ws: Workspace, composition: str, question: str, *, depth: i
     """Document ids ``wiki/path``, best first, each once at its best passage's rank."""
     result = search(ws, composition, question, clearance=clearance, k=depth, fusion=fusion, layers=tuple(layers))
     return list(dict.fromkeys(f"{p.wiki}/{p.path}" for p in result.passages))
-
-
-def _beir_doc(document: str) -> tuple[str, str]:
-    """``wiki/file.md`` (or ``monolith-x/wiki/file.md``) → (dataset, BEIR document id)."""
-    wiki, _, path = document.partition("/")
-    if wiki.startswith(MONOLITH):
-        wiki, _, path = path.partition("/")
-    return wiki, _doc_id(path)
 
 
 def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, k: int = NDCG_K,
@@ -258,7 +87,7 @@ def evaluate(ws: Workspace, datasets: list[Dataset], methods: Iterable[str], *, 
             for qid, text in d.queries:
                 ranked = []  # other datasets' documents take their place in the ranking as non-relevant
                 for document in ranked_documents(ws, comp, text, depth=depth, fusion=fusion, layers=layers):
-                    wiki, doc = _beir_doc(document)
+                    wiki, doc = beir_doc(document)
                     if wiki != d.name:
                         ranked.append("\0" + document)
                     elif not (d.exclude_self and doc == qid):
@@ -313,3 +142,58 @@ def report(datasets: list[Dataset], results: dict[str, MethodResult], k: int = N
         "results": {m: {"per_dataset": r.per_dataset, "macro": r.macro, "queries_per_s": r.queries_per_s}
                     for m, r in results.items()},
     }
+
+
+def run(sources: Sequence[str], *, workspace: Workspace | None = None, methods: Sequence[str] = (),
+        k: int = NDCG_K, exclude_self: Sequence[str] = (), queries: Path | None = None, qrels: Path | None = None,
+        cache: Path | None = None, layers: Sequence[str] | None = None, clearance: Level | str = Level.PUBLIC,
+        progress: Callable[[str], None] | None = None) -> dict:
+    """``wikirag eval`` as a function: the report (:func:`report`) for BEIR folders, or for one
+    composition of ``workspace`` with ``queries`` and ``qrels`` files. ``methods`` are fusion names
+    (default: every registered one); ``layers`` default to ``bm25`` for BEIR folders, every layer for a
+    composition. Raises :class:`QueryError` for a combination that cannot run."""
+    own = queries is not None or qrels is not None
+    chosen = tuple(layers) if layers else (LAYERS if own else ("bm25",))
+    if set(chosen) - set(LAYERS):
+        raise QueryError(f"unknown layer(s) {sorted(set(chosen) - set(LAYERS))}: use {', '.join(LAYERS)}")
+    if not own and "graph" in chosen:
+        raise QueryError("the graph layer needs a composition with queries and qrels (BEIR documents have no links)")
+    names = [m for m in (methods or sorted(fusion_mod.FUSIONS)) if m != "default"]
+    for name in names:
+        fusion_mod.get(name)
+    if own:
+        if queries is None or qrels is None or len(sources) != 1 or workspace is None:
+            raise QueryError("give one composition of a workspace with both queries and qrels")
+        asked, judged = beir.read_queries(queries), beir.read_qrels(qrels)
+        results = evaluate_composition(workspace, sources[0], asked, judged, names, clearance=clearance, k=k,
+                                       layers=chosen)
+        pages = sum(index_mod.status(w).files for w in workspace.composition(sources[0], clearance).wikis)
+        datasets = [Dataset(sources[0], None, [q for q in asked if q[0] in judged], judged, docs=pages)]
+    else:
+        datasets = [beir.load_beir(Path(s)) for s in sources]
+        unknown = set(exclude_self) - {d.name for d in datasets}
+        if unknown:
+            raise QueryError(f"--exclude-self names no dataset given: {', '.join(sorted(unknown))}")
+        for d in datasets:
+            d.exclude_self = d.name in exclude_self
+        ws = beir.prepare(datasets, cache or cache_dir() / "eval", progress=progress, layers=chosen)
+        results = evaluate(ws, datasets, [MONOLITH, ORACLE, *names], k=k, layers=chosen, progress=progress)
+    if fusion_mod.DEFAULT_FUSION in results:
+        results["default"] = results[fusion_mod.DEFAULT_FUSION]
+    return report(datasets, results, k)
+
+
+def table(report: dict) -> str:
+    """The report as a markdown table: nDCG@k per dataset and macro, Recall@k (own judgments), Recall@100, q/s."""
+    datasets, k = list(report["datasets"]), report["k"]
+    top = any(f"recall@{k}" in r["macro"] for r in report["results"].values()) and k != RECALL_K
+    lines = [(f"nDCG@{k} per dataset and macro-averaged; macro Recall@{RECALL_K}{f' and Recall@{k}' if top else ''}; "
+             "queries/s of one thread"),
+             "| method | " + " | ".join(datasets) + f" | macro |{f' R@{k} |' if top else ''} R@{RECALL_K} | q/s |",
+             "|---|" + "---:|" * (len(datasets) + 3 + top)]
+    for method, r in report["results"].items():
+        cells = [f"{r['per_dataset'][d][f'ndcg@{k}']:.3f}" for d in datasets]
+        recall_k = f" {r['macro'][f'recall@{k}']:.3f} |" if top else ""
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | **{r['macro'][f'ndcg@{k}']:.3f}** |{recall_k}"
+                     + f" {r['macro'][f'recall@{RECALL_K}']:.3f} | {r['queries_per_s']:.0f} |")
+    return "\n".join(lines)

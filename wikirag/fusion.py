@@ -22,8 +22,8 @@ In every method a wiki's ``weight`` from the composition multiplies its contribu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,18 +39,6 @@ _SHIFT = 40  # (wiki, chunk) packed into one int64 key: chunk ids below 2**40
 
 
 @dataclass(frozen=True)
-class RankedList:
-    """One layer's ranked chunk ids for one wiki, best first (a convenient way to build Candidates)."""
-
-    wiki: str
-    ids: np.ndarray
-    scores: np.ndarray
-    layer: str = "bm25"
-    weight: float = 1.0
-    stats: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Candidates:
     """Every ranked list of one query as parallel arrays, one row per hit.
 
@@ -61,7 +49,6 @@ class Candidates:
     wikis: tuple[str, ...]
     layers: tuple[str, ...]
     weights: np.ndarray
-    stats: tuple[Mapping[str, float], ...]
     wiki: np.ndarray
     layer: np.ndarray
     chunk: np.ndarray
@@ -71,26 +58,6 @@ class Candidates:
     # and each wiki's total number of tokens
     term_counts: np.ndarray | None = None
     wiki_tokens: np.ndarray | None = None
-
-    @classmethod
-    def from_lists(cls, lists: Sequence[RankedList]) -> Candidates:
-        wikis = tuple(dict.fromkeys(r.wiki for r in lists))
-        layers = tuple(dict.fromkeys(r.layer for r in lists))
-        weights = {r.wiki: r.weight for r in lists}
-        stats = {r.wiki: r.stats for r in lists}
-
-        def column(values) -> np.ndarray:
-            return np.concatenate([np.asarray(v) for v in values]) if lists else np.empty(0)
-
-        return cls(
-            wikis, layers, np.array([weights[w] for w in wikis], dtype=np.float64),
-            tuple(stats[w] for w in wikis),
-            column([np.full(len(r.ids), wikis.index(r.wiki)) for r in lists]).astype(np.int64),
-            column([np.full(len(r.ids), layers.index(r.layer)) for r in lists]).astype(np.int64),
-            column([r.ids for r in lists]).astype(np.int64),
-            column([np.arange(1, len(r.ids) + 1) for r in lists]).astype(np.int64),
-            column([r.scores for r in lists]).astype(np.float64),
-        )
 
 
 @dataclass(frozen=True)

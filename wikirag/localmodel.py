@@ -30,6 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import cache_dir
 from .errors import LocalModelError
 from .prompt import NO_ANSWER
 
@@ -88,9 +89,7 @@ def gguf_path() -> Path:
 
 
 def state_dir() -> Path:
-    base = os.environ.get("WIKIRAG_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "wikirag")
-    return Path(base) / "local-model"
+    return cache_dir() / "local-model"
 
 
 def healthy(port: int, timeout: float = 1.0) -> bool:

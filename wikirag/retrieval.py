@@ -214,7 +214,7 @@ def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_cou
     wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
     order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
     return Candidates(
-        wikis=view.names, layers=LAYERS, stats=view.stats, weights=weights,
+        wikis=view.names, layers=LAYERS, weights=weights,
         wiki=wiki[order].astype(np.int64), layer=layer[order].astype(np.int64), chunk=chunk[order].astype(np.int64),
         rank=rank[order].astype(np.int64), score=score[order].astype(np.float64),
         term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
