@@ -1,7 +1,7 @@
 """Which answer mode should be the offline default? Extractive vs the bundled local model, measured.
 
 Runs ``bench/qa_examples.jsonl`` (24 hand-made questions over the example wikis, each with the page
-that answers it and 1–2 exact facts a correct answer contains) through :func:`wikirag.answer.answer`
+that answers it and 1–2 exact facts a correct answer contains) through :func:`wikirag.answers.answer`
 — retrieval, prompt, model, citation check — for each mode, and reports per mode:
 
 * facts: share of answers containing every expected fact (case and whitespace ignored);
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from wikirag import Workspace
-from wikirag.answer import answer
+from wikirag.answers import answer
 
 REPO = Path(__file__).resolve().parents[1]
 

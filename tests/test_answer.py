@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from wikirag import Workspace, build
-from wikirag.answer import answer
+from wikirag.answers import answer
 from wikirag.cli import cli
 from wikirag.extractive import extract, sentences
 from wikirag.passage import Passage

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import semchunk
 
-from wikirag.chunking import chunk_markdown, count_tokens, parse_page, tag_matches
+from wikirag.chunking import chunk_markdown, count_tokens, encoding
+from wikirag.page import parse_page, tag_matches
 
 LONG = " ".join(f"Sentence number {i} talks about brewing coffee at ninety-three degrees." for i in range(400))
 
@@ -73,6 +75,24 @@ def test_long_sections_are_split_by_tokens() -> None:
     assert len(long_chunks) > 10
     assert all(count_tokens(c.text) <= 100 for c in long_chunks)
     assert chunks[-1].heading == "Long > After"
+
+
+@pytest.mark.parametrize("max_tokens", [16, 100, 512])
+def test_the_cached_chunker_splits_as_plain_semchunk_does(max_tokens: int) -> None:
+    """The chunkerify chunker (memoised counts, prefix-only counting of long texts) cuts where
+    ``semchunk.chunk`` with an exact, unmemoised counter cuts."""
+    text = TEXTS["long"]
+    section_end = text.index("## After")
+    _, offsets = semchunk.chunk(text[:section_end], max_tokens, _exact_count, memoize=False, offsets=True)
+    expected = [(s, e) for s, e in offsets if len(text[s:e].strip()) >= 40]
+    got = [(c.start, c.end) for c in chunk_markdown(text, "p.md", max_tokens=max_tokens) if c.heading == "Long"]
+    assert len(got) == len(expected) > 1
+    assert all(text[s:e].strip() == text[gs:ge] for (s, e), (gs, ge) in zip(expected, got))
+    assert count_tokens(text) == _exact_count(text)  # the memoised public counter is exact
+
+
+def _exact_count(text: str) -> int:
+    return len(encoding().encode_ordinary(text))
 
 
 @pytest.mark.parametrize(

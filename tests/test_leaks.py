@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from wikirag import Workspace, build
 from wikirag.access import Level
-from wikirag.answer import answer
+from wikirag.answers import answer
 from wikirag.cli import cli
 from wikirag.errors import WikiragError
 from wikirag.retrieval import search

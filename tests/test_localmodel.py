@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from wikirag import Workspace, build, localmodel
-from wikirag.answer import answer
+from wikirag.answers import answer
 from wikirag.cli import cli
 
 from .conftest import make_wiki

@@ -2,13 +2,15 @@
 
 Four calls cover the library::
 
-    from wikirag import Workspace, build, search
+    from wikirag import Workspace, answer, build, search
 
     ws = Workspace.locate()                       # --home, $WIKIRAG_HOME or the current folder
     build(ws.wiki("brewing"))                     # incremental, atomic index build
     result = search(ws, "public-help", "How hot should the water be?", clearance="public")
     for p in result.passages:
         print(p.rank, p.wiki, p.path, p.line, p.text[:60])
+    reply = answer(ws, "public-help", "How hot should the water be?", clearance="public").result
+    print(reply.text, [(c.n, c.wiki, c.path, c.start, c.end) for c in reply.citations])
 """
 
 __version__ = "0.1.0"
@@ -20,7 +22,8 @@ _EXPORTS = {
     "CompositionError": "errors", "IndexMissing": "errors", "ManifestError": "errors", "NotFound": "errors",
     "QueryError": "errors", "WikiragError": "errors", "BuildReport": "index", "IndexStatus": "index",
     "build": "index", "status": "index", "Passage": "passage", "SearchResult": "retrieval", "search": "retrieval",
-    "Wiki": "wiki", "Workspace": "workspace",
+    "Wiki": "wiki", "Workspace": "workspace", "Answer": "answers", "AnswerResult": "answers", "answer": "answers",
+    "Citation": "prompt", "ModelError": "errors",
 }
 
 
@@ -36,14 +39,18 @@ def __getattr__(name: str):
 
 __all__ = [
     "AccessDenied",
+    "Answer",
+    "AnswerResult",
     "BuildError",
     "BuildReport",
+    "Citation",
     "Composition",
     "CompositionError",
     "IndexMissing",
     "IndexStatus",
     "Level",
     "ManifestError",
+    "ModelError",
     "NotFound",
     "Passage",
     "QueryError",
@@ -52,6 +59,7 @@ __all__ = [
     "WikiragError",
     "Workspace",
     "__version__",
+    "answer",
     "build",
     "search",
     "status",

@@ -2,7 +2,9 @@
 
 A page is cut at its top-level headings first (ATX and setext, found by ``markdown-it-py`` so that
 ``#`` lines inside code blocks are not headings), then any section longer than ``max_tokens`` (tiktoken
-``cl100k_base``) is split by ``semchunk`` (paragraph → sentence → word). YAML frontmatter is not
+``cl100k_base``) is split by a ``semchunk`` chunker (paragraph → sentence → word), built once per
+``max_tokens`` with ``semchunk.chunkerify``. Token counts are memoised (:func:`count_tokens`) and a text
+far longer than ``max_tokens`` is judged "too long" from a prefix only. YAML frontmatter is not
 indexed. Each passage keeps ``start``/``end`` offsets into the file's text exactly as
 ``path.read_bytes().decode("utf-8")`` gives it (no newline translation; a BOM is character 0), so that
 ``text == file_text[start:end]`` always holds.
@@ -15,43 +17,17 @@ import functools
 import importlib.util
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import semchunk
-import yaml
 from markdown_it import MarkdownIt
 
-from .errors import WikiragError
+from .errors import MissingDependency
+from .page import Page, parse_page
+from .passage import Chunk
 
 ENCODING_NAME = "cl100k_base"
-_FRONTMATTER_OPEN = re.compile(r"\ufeff?---[ \t]*(?:\r\n|\r|\n)")
-_FRONTMATTER_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n|$)", re.MULTILINE)
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the same line breaks markdown-it counts
-_INLINE_TAG = re.compile(r"(?<![\w/#&])#([A-Za-z_][\w/-]*|\d+[A-Za-z_/-][\w/-]*)")
-_FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One passage of a markdown file; ``text`` is exactly ``file_text[start:end]``."""
-
-    path: str
-    start: int
-    end: int
-    line: int
-    heading: str
-    text: str
-
-
-@dataclass(frozen=True)
-class Page:
-    """A parsed markdown file: where its body starts, its frontmatter and its tags."""
-
-    body_start: int
-    frontmatter: dict[str, Any]
-    tags: frozenset[str]
 
 
 def _tiktoken_dir() -> str | None:
@@ -75,15 +51,31 @@ def encoding():
     try:
         return tiktoken.get_encoding(ENCODING_NAME)
     except Exception as exc:  # noqa: BLE001 - tiktoken raises plain exceptions when it cannot fetch the file
-        raise WikiragError(
+        raise MissingDependency(
             f"cannot load the tiktoken encoding {ENCODING_NAME} ({exc}). Install litellm, which ships "
             "the file, or point TIKTOKEN_CACHE_DIR at a folder holding it."
         ) from None
 
 
+@functools.lru_cache(maxsize=4096)
 def count_tokens(text: str) -> int:
-    """Number of ``cl100k_base`` tokens in ``text`` (special-token strings count as plain text)."""
+    """Number of ``cl100k_base`` tokens in ``text`` (special-token strings count as plain text). Memoised:
+    semchunk counts the same spans many times while it searches for a chunk's end."""
     return len(encoding().encode_ordinary(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _chunker(max_tokens: int) -> semchunk.Chunker:
+    """The semchunk chunker for ``max_tokens``, counting with :func:`count_tokens`.
+
+    ``max_token_chars`` (the longest token's length in bytes, which bounds its length in characters) is
+    what chunkerify would find itself from the encoding; given it, semchunk counts only a prefix of
+    ``6 * max_tokens`` characters (plus one token) of a longer text and, if that is already over the limit,
+    reports ``max_tokens + 1``. semchunk's own memoisation is off: :func:`count_tokens` already is, and
+    semchunk's registry of memoised counters is a module global that would keep every chunker's counter.
+    """
+    longest = max(len(token) for token in encoding().token_byte_values())
+    return semchunk.chunkerify(count_tokens, max_tokens, max_token_chars=longest, memoize=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,44 +94,6 @@ def full_markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark")
     md.core.ruler.disable(["inline", "text_join"])
     return md
-
-
-def parse_page(text: str) -> Page:
-    """Find the frontmatter (if any) and the page's tags (frontmatter ``tags`` and inline ``#tags``)."""
-    body_start, front = 0, {}
-    opening = _FRONTMATTER_OPEN.match(text)
-    if opening:
-        closing = _FRONTMATTER_CLOSE.search(text, opening.end())
-        if closing:
-            body_start = closing.end()
-            try:
-                loaded = yaml.safe_load(text[opening.end():closing.start()])
-            except yaml.YAMLError:
-                loaded = None  # a broken frontmatter is still frontmatter: not indexed, no tags
-            front = loaded if isinstance(loaded, dict) else {}
-    tags: set[str] = set()
-    raw = front.get("tags") or front.get("tag") or []
-    if isinstance(raw, str):
-        raw = re.split(r"[,\s]+", raw)
-    if isinstance(raw, list):
-        tags.update(normalize_tag(str(tag)) for tag in raw if tag)
-    body = _FENCE.sub("", text[body_start:])
-    tags.update(normalize_tag(match) for match in _INLINE_TAG.findall(body))
-    tags.discard("")
-    return Page(body_start, front, frozenset(tags))
-
-
-def normalize_tag(tag: str) -> str:
-    """``'#Wiki/Topic'`` → ``'wiki/topic'``."""
-    return tag.strip().lstrip("#").strip("/").lower()
-
-
-def tag_matches(page_tags: frozenset[str], wanted: list[str]) -> bool:
-    """True when a page tag equals a wanted tag or is nested below it (``wiki/topic/sub``)."""
-    for want in map(normalize_tag, wanted):
-        if any(tag == want or tag.startswith(want + "/") for tag in page_tags):
-            return True
-    return False
 
 
 def _sections(text: str, body_start: int) -> list[tuple[int, int, str]]:
@@ -183,14 +137,15 @@ def chunk_markdown(text: str, path: str, max_tokens: int = 512, min_chars: int =
     page = page or parse_page(text)
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
     chunks: list[Chunk] = []
+    chunker = _chunker(max_tokens)
     for sec_start, sec_end, heading in _sections(text, page.body_start):
         spans: list[tuple[int, int]]
         section = text[sec_start:sec_end]
         # a token is at least one UTF-8 byte, so short sections need no counting
-        if len(section.encode("utf-8")) <= max_tokens or count_tokens(section) <= max_tokens:
+        if len(section.encode("utf-8")) <= max_tokens or chunker.token_counter(section) <= max_tokens:
             spans = [(sec_start, sec_end)]
         else:
-            _, offsets = semchunk.chunk(section, max_tokens, count_tokens, offsets=True)
+            _, offsets = chunker(section, offsets=True)
             spans = [(sec_start + s, sec_start + e) for s, e in offsets]
         for raw_start, raw_end in spans:
             start, end = _trimmed(text, raw_start, raw_end)

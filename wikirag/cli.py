@@ -245,7 +245,7 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
 
     Example: wikirag ask public-help "How hot should the water be for a V60?" --model local
     """
-    from .answer import answer
+    from .answers import answer
 
     stream = answer(_workspace(ctx), rag, question, clearance=clearance, model=model, api_base=api_base, k=k)
     if as_json:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .access import Level
-from .answer import Answer, AnswerResult, answer
+from .answers import Answer, AnswerResult, answer
 from .errors import QueryError
 from .workspace import Workspace
 

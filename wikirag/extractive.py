@@ -1,31 +1,33 @@
 """Extractive answers: the passages' most relevant sentences, verbatim, each cited. Never invents text.
 
 Used when no language model is configured (the offline default, see README) or asked for with
-``--model extractive``. Each passage is cut into sentences (paragraphs and list items first, code blocks
-and headings skipped); a sentence scores the sum of the IDF, over the candidate sentences, of the
-question's terms it contains, divided by its passage's rank (the retriever's judgement of the whole
-passage counts: this answered 15 of the 24 check questions in bench/answer_eval.py, against 11
-without it); the best few are listed with the number of their passage.
+``--model extractive``. Each passage is cut into blocks by markdown-it (see :func:`_blocks`: paragraphs,
+also inside list items and quotes, one line run at a time; code blocks, headings and HTML left out),
+then into sentences; a sentence scores the sum of the IDF (:func:`wikirag.bm25.idf`, over the candidate
+sentences) of the question's terms it contains, divided by its passage's rank (the retriever's judgement
+of the whole passage counts: this answered 15 of the 24 check questions in bench/answer_eval.py, against
+11 without it); the best few are listed with the number of their passage.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .bm25 import tokenize
+import numpy as np
+
+from .bm25 import idf, tokenize
+from .chunking import full_markdown
+from .passage import Passage
 from .prompt import NO_ANSWER
-from .retrieval import Passage
 
 MAX_SENTENCES = 3
 MIN_CHARS = 20
-_BLOCK_START = re.compile(r"^\s{0,3}(?:#{1,6}\s|[-*+]\s|\d+[.)]\s|>|\|)")
-_MARKUP = re.compile(r"^\s{0,3}(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
+_MARKUP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`])")
-_LINE = re.compile(r"[^\n]*\n?")
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it counts
 _LINK = re.compile(r"\[\[([^\]|]+)(?:\|([^\]]+))?\]\]|\[([^\]]+)\]\([^)]*\)")
 
 
@@ -45,32 +47,55 @@ class Sentence:
     text: str
 
 
+def _content_start(line: str, content: str) -> tuple[int, bool]:
+    """Where ``line``'s own text starts once its container markup (list marker, ``>``, indentation) is
+    skipped, and whether there was markup. ``content`` is the line as markdown-it's paragraph holds it (the
+    containers' prefixes removed); the regex is the fallback where the two do not align (a NUL byte)."""
+    own = content.strip()
+    if own and line.rstrip().endswith(own):
+        prefix = len(line.rstrip()) - len(own)
+        return prefix, bool(line[:prefix].strip())
+    markup = _MARKUP.match(line)
+    lead = len(line) - len(line.lstrip())
+    return (markup.end(), True) if markup else (lead, False)
+
+
 def _blocks(text: str) -> list[tuple[int, int]]:
-    """Paragraphs and list items of a passage as ``(start, end)``; code blocks and headings left out."""
+    """The runs of text of a passage that sentences may be cut from, as ``(start, end)`` offsets in it.
+
+    Blocks come from markdown-it's block tokens (:func:`wikirag.chunking.full_markdown`, their ``map`` of
+    source lines): every paragraph, at any depth in list items and quotes, is kept; fenced and indented
+    code, headings (ATX and setext) and HTML blocks are left out. Within a paragraph a new block starts at
+    each line that carries container markup (a list marker or ``>``: a sentence must not swallow the ``>``
+    of the next quoted line, since it is quoted verbatim) and at each line starting with ``|``. Tables: the
+    CommonMark parser sees a pipe table as a paragraph, and each of its rows is a block of its own, as
+    before markdown-it was used; the delimiter row (``|---|``, no word in it) is dropped. Each block starts
+    after its line's markup and ends at its last line's last non-space character.
+    """
+    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    line_ends = [m.start() for m in _NEWLINE.finditer(text)] + [len(text)]
+    # markdown-it would not see a heading behind a BOM; a space keeps lengths and lines the same
+    parsed = " " + text[1:] if text.startswith("\ufeff") else text
+    tokens = full_markdown().parse(parsed)
     blocks: list[tuple[int, int]] = []
-    current: tuple[int, int] | None = None
-    in_code = False
-    for m in _LINE.finditer(text):
-        line, start = m.group(), m.start()
-        if not line:
-            break
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")):
-            in_code = not in_code
-        if in_code or not stripped or stripped.startswith(("```", "~~~", "#")):
-            if current:
-                blocks.append(current)
-            current = None
+    for opening, inline in itertools.pairwise(tokens):
+        if opening.type != "paragraph_open" or not opening.map:
             continue
-        if current is None or _BLOCK_START.match(line):
-            if current:
-                blocks.append(current)
-            current = (start, start + len(line.rstrip()))
-        else:
-            current = (current[0], start + len(line.rstrip()))
-    if current:
-        blocks.append(current)
-    return blocks
+        first, last = opening.map
+        current: tuple[int, int] | None = None
+        for number, content in zip(range(first, last), inline.content.split("\n")):
+            line = text[line_starts[number]:line_ends[number]]
+            offset, markup = _content_start(line, content)
+            start, end = line_starts[number] + offset, line_starts[number] + len(line.rstrip())
+            if current is None or markup or line[offset:].startswith("|"):
+                if current:
+                    blocks.append(current)
+                current = (start, end)
+            elif end > start:
+                current = (current[0], end)
+        if current:
+            blocks.append(current)
+    return [(s, e) for s, e in blocks if e > s and re.search(r"\w", text[s:e])]
 
 
 def sentences(n: int, passage: Passage) -> list[Sentence]:
@@ -78,9 +103,7 @@ def sentences(n: int, passage: Passage) -> list[Sentence]:
     out = []
     for b_start, b_end in _blocks(passage.text):
         block = passage.text[b_start:b_end]
-        markup = _MARKUP.match(block)
-        offset = markup.end() if markup else 0
-        cuts = [offset] + [m.end() for m in _SENTENCE_END.finditer(block, offset)] + [len(block)]
+        cuts = [0] + [m.end() for m in _SENTENCE_END.finditer(block)] + [len(block)]
         for s, e in itertools.pairwise(cuts):
             raw = block[s:e].rstrip()
             if len(raw.strip()) >= MIN_CHARS:
@@ -95,8 +118,8 @@ def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES) 
     pool = [s for i, p in enumerate(passages, start=1) for s in sentences(i, p)]
     terms = [set(tokens) & wanted for tokens in tokenize([s.text for s in pool])]
     df = Counter(t for ts in terms for t in ts)
-    idf = {t: math.log(1 + (len(pool) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-    score = [sum(idf[t] for t in ts) / s.n for s, ts in zip(pool, terms)]
+    weights = dict(zip(df, idf(np.array(list(df.values()), dtype=np.float64), len(pool)).tolist()))
+    score = [sum(weights[t] for t in ts) / s.n for s, ts in zip(pool, terms)]
     # best score first; ties go to the better-ranked passage, then to the earlier sentence
     ranked = sorted((i for i in range(len(pool)) if score[i] > 0), key=lambda i: (-score[i], pool[i].n, i))
     chosen = [pool[i] for i in ranked[:limit]]

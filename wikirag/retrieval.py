@@ -5,7 +5,7 @@ manifests as they are now) and checks it against the caller's clearance; :func:`
 wiki once more (defence in depth), takes its serving index from the :class:`~wikirag.cache.IndexCache`,
 scores the BM25 layers of all the wikis in one pass, adds dense and graph lists where wikis have those
 layers, fuses them (:mod:`wikirag.fusion`) and returns :class:`~wikirag.passage.Passage` objects.
-:func:`search` is both steps plus the audit record; :func:`wikirag.answer.answer` calls them itself.
+:func:`search` is both steps plus the audit record; :func:`wikirag.answers.answer` calls them itself.
 """
 
 from __future__ import annotations
