@@ -54,7 +54,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             if not line.strip() or (n == 1 and not parts[-1].lstrip("-").isdigit()):
                 continue
             if len(parts) < 3 or not parts[-1].lstrip("-").isdigit():
-                raise EvalError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score'")
+                raise EvalError(f"{path}:{n}: expected 'query-id<TAB>corpus-id<TAB>score': fix or remove the line")
             qrels.setdefault(parts[0], {})[parts[-2]] = int(parts[-1])
     return qrels
 
@@ -82,7 +82,8 @@ def load_beir(folder: Path, exclude_self: bool = False) -> Dataset:
     """A BEIR folder's test queries that have at least one relevant document, and its qrels."""
     for part in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
         if not (folder / part).is_file():
-            raise EvalError(f"{folder} is not a BEIR folder: {part} is missing")
+            raise EvalError(f"{folder} is not a BEIR folder: {part} is missing (a BEIR folder holds corpus.jsonl, "
+                            "queries.jsonl and qrels/test.tsv): give the folder that contains them")
     qrels = read_qrels(folder / "qrels" / "test.tsv")
     queries = [(qid, text) for qid, text in read_queries(folder / "queries.jsonl")
                if any(g > 0 for g in qrels.get(qid, {}).values())]
@@ -148,7 +149,8 @@ def prepare(datasets: list[Dataset], cache: Path, progress: Callable[[str], None
     extra = {"layers": {"dense": {}}} if dense else {}
     names = [d.name for d in datasets]
     if len(set(names)) != len(names) or any(n.startswith(MONOLITH) for n in names):
-        raise EvalError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}")
+        raise EvalError(f"dataset folder names must be distinct and not start with '{MONOLITH}': {names}: "
+                        "rename or link the folders")
     for d in datasets:
         if progress:
             progress(f"converting {d.name}")

@@ -124,7 +124,7 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int, wiki_prior: np.nda
     if len(values) == 0:
         return []
     key = (c.wiki << _SHIFT) | c.chunk
-    if len(c.layers) == 1:  # one list per wiki: every (wiki, chunk) appears once, no grouping needed
+    if _one_layer(c):  # one list per wiki: every (wiki, chunk) appears once, no grouping needed
         unique, first, inverse, sums = key, np.arange(len(key)), np.arange(len(key)), values
     else:
         unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -142,6 +142,11 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int, wiki_prior: np.nda
         fused.append(Fused(c.wikis[int(unique[i] >> _SHIFT)], int(unique[i] & ((1 << _SHIFT) - 1)),
                            float(sums[i]), contributions))
     return fused
+
+
+def _one_layer(c: Candidates) -> bool:
+    """True when every row comes from the same layer (e.g. a BM25-only query): one list per wiki."""
+    return len(c.layers) == 1 or not len(c.layer) or bool((c.layer == c.layer[0]).all())
 
 
 @register("rrf", "Reciprocal Rank Fusion: score = Σ weight / (60 + rank)")
@@ -166,7 +171,7 @@ def layer_values(c: Candidates) -> np.ndarray:
     lowest score.
     """
     values = c.score.astype(np.float64)
-    if len(c.layers) < 2 or not len(c.wiki):
+    if _one_layer(c):
         return values
     bm25 = c.layers.index("bm25") if "bm25" in c.layers else -1
     for w in np.unique(c.wiki).tolist():
