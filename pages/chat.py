@@ -1,56 +1,13 @@
-"""Chat with a composition (or an ad-hoc set of wikis) at or below your clearance."""
+"""The chat page's entry in a checkout (URL ``/chat``): runs the router, which runs the page.
 
-import streamlit as st
+The page itself is ``wikirag/webapp/chat.py``. Streamlit treats a ``pages/`` folder beside the entry
+script (``app.py``) as the app's pages until ``st.navigation`` has run once in the process, and until
+then routes ``/chat`` straight to this file. Running the router here keeps its sign-in gate in front
+of the page even then; the AppTest tests open the page through this file (``at.switch_page("pages/chat.py")``
+before the first run). Once the router has run, Streamlit serves the package's page scripts it registers,
+and this file is not run.
+"""
 
-from pages import ui
-from wikirag import catalog
-from wikirag.answer import answer
-from wikirag.errors import WikiragError
+from wikirag.webapp.router import main
 
-user = ui.require_user()
-ws = ui.workspace()
-compositions = {c.name: c for c in catalog.visible_compositions(ws, user.clearance)}
-ADHOC = "Ad hoc: pick wikis…"
-
-st.title("Chat")
-left, right = st.columns([2, 1])
-choice = left.selectbox("Composition", [*compositions, ADHOC],
-                        format_func=lambda n: n if n == ADHOC else f"{n} — {compositions[n].spec.description}")
-model = right.text_input("Model", value=ui.default_model(),
-                         help="'extractive' (offline, verbatim sentences), 'local' (bundled small LLM), "
-                              "or a LiteLLM model such as openai/gpt-4o-mini")
-if choice == ADHOC:
-    names = [w.name for w in catalog.visible_wikis(ws, user.clearance)]
-    picked = st.multiselect("Wikis", names, default=names[:1])
-    if not picked:
-        st.info("Pick at least one wiki.")
-        st.stop()
-    target = ws.adhoc(picked, user.clearance)
-    key = "chat:adhoc:" + ",".join(sorted(picked))
-else:
-    target, key = choice, f"chat:{choice}"
-
-history = st.session_state.setdefault(key, [])
-for i, turn in enumerate(history):
-    with st.chat_message("user"):
-        st.markdown(turn["question"])
-    with st.chat_message("assistant"):
-        st.markdown(turn["result"].text)
-        ui.show_result(turn["result"], f"{key}-{i}")
-
-question = st.chat_input("Ask a question")
-if question:
-    with st.chat_message("user"):
-        st.markdown(question)
-    with st.chat_message("assistant"):
-        try:
-            with st.spinner("Searching…"):
-                stream = answer(ws, target, question, clearance=user.clearance, model=model.strip() or None,
-                                user=user.name)
-        except WikiragError as exc:
-            st.error(str(exc))
-            st.stop()
-        st.write_stream(stream)
-        result = stream.result
-        ui.show_result(result, f"{key}-{len(history)}")
-    history.append({"question": question, "result": result})
+main()

@@ -1,62 +1,13 @@
-"""One question, two to four compositions side by side: answers, passages shared and unique, timings."""
+"""The compare page's entry in a checkout (URL ``/compare``): runs the router, which runs the page.
 
-import streamlit as st
+The page itself is ``wikirag/webapp/compare.py``. Streamlit treats a ``pages/`` folder beside the entry
+script (``app.py``) as the app's pages until ``st.navigation`` has run once in the process, and until
+then routes ``/compare`` straight to this file. Running the router here keeps its sign-in gate in front
+of the page even then; the AppTest tests open the page through this file (``at.switch_page("pages/compare.py")``
+before the first run). Once the router has run, Streamlit serves the package's page scripts it registers,
+and this file is not run.
+"""
 
-from pages import ui
-from wikirag import catalog
-from wikirag.errors import WikiragError
+from wikirag.webapp.router import main
 
-user = ui.require_user()
-ws = ui.workspace()
-names = [c.name for c in catalog.visible_compositions(ws, user.clearance)]
-
-st.title("Compare compositions")
-if len(names) < 2:
-    st.info("You need at least two compositions you may use to compare.")
-    st.stop()
-with st.form("compare"):
-    chosen = st.multiselect("Compositions (2 to 4)", names, default=names[:2], max_selections=4)
-    model = st.text_input("Model", value=ui.default_model())
-    question = st.text_input("Question")
-    go = st.form_submit_button("Compare", type="primary")
-
-if go:
-    if not 2 <= len(chosen) <= 4 or not question.strip():
-        st.warning("Pick two to four compositions and ask a question.")
-        st.stop()
-    results = {}
-    columns = st.columns(len(chosen))
-    try:
-        for (name, stream), column in zip(catalog.compare(ws, chosen, question, clearance=user.clearance,
-                                                            model=model.strip() or None, user=user.name),
-                                          columns):
-            with column:
-                st.subheader(name)
-                st.write_stream(stream)
-                results[name] = stream.result
-    except WikiragError as exc:
-        st.error(str(exc))
-        st.stop()
-    st.session_state["comparison"] = catalog.Comparison(question, results)
-
-comparison = st.session_state.get("comparison")
-if comparison is not None:
-    shared = comparison.shared()
-    st.divider()
-    st.caption(f"“{comparison.question}” — {len(shared)} passage(s) found by more than one composition")
-    columns = st.columns(len(comparison.results))
-    for (name, result), column in zip(comparison.results.items(), columns):
-        with column:
-            st.markdown(f"**{name}**")
-            if not go:
-                st.markdown(result.text)
-            unique = sum(1 for n in range(len(result.passages)) if comparison.passage_key(result, n) not in shared)
-            st.caption(f"{len(result.passages)} passages: {len(result.passages) - unique} shared, {unique} unique · "
-                       f"retrieval {result.retrieval_seconds * 1000:.0f} ms · generation "
-                       f"{result.generation_seconds:.2f} s")
-            for n, p in enumerate(result.passages, start=1):
-                tag = "shared" if comparison.passage_key(result, n - 1) in shared else "unique"
-                with st.expander(f"[{n}] {tag} · {p.wiki}/{p.path}:{p.line}"):
-                    ui.show_passage(p, n, f"cmp-{name}-{n}")
-            if result.error:
-                st.error(result.error)
+main()

@@ -1,42 +1,13 @@
-"""Sign in with a local account, or with single sign-on when it is configured."""
+"""The sign-in page's entry in a checkout (URL ``/signin``): runs the router, which runs the page.
 
-import secrets
+The page itself is ``wikirag/webapp/signin.py``. Streamlit treats a ``pages/`` folder beside the entry
+script (``app.py``) as the app's pages until ``st.navigation`` has run once in the process, and until
+then routes ``/signin`` straight to this file. Running the router here keeps its sign-in gate in front
+of the page even then; the AppTest tests open the page through this file (``at.switch_page("pages/signin.py")``
+before the first run). Once the router has run, Streamlit serves the package's page scripts it registers,
+and this file is not run.
+"""
 
-import streamlit as st
+from wikirag.webapp.router import main
 
-from pages import ui
-from wikirag.errors import WikiragError
-from wikirag.users import AuthError
-
-st.title("wikirag")
-st.caption("Answers from your team's wikis, with citations you can check. Sign in to continue.")
-
-store = ui.user_store()
-try:
-    accounts = store.load().users
-except WikiragError as exc:  # e.g. a users file holding a published demo password outside demo mode
-    st.error(f"The accounts file is not usable: {exc}")
-    st.stop()
-if not accounts and not ui.sso_configured():
-    st.error("No accounts are set up. Add one with `wikirag user add NAME --clearance LEVEL`, "
-             "or start the app with `wikirag app --demo` to use the demo accounts.")
-    st.stop()
-
-with st.form("signin"):
-    name = st.text_input("User name")
-    password = st.text_input("Password", type="password")
-    submitted = st.form_submit_button("Sign in", type="primary")
-if submitted:
-    try:
-        client = st.session_state.setdefault("client", secrets.token_hex(8))
-        ui.sign_in(store.authenticate(name, password, client=client))
-        st.rerun()
-    except AuthError as exc:
-        st.error(f"{str(exc).capitalize()}.")
-
-if ui.sso_configured():
-    st.button("Sign in with single sign-on", on_click=st.login, icon=":material/key:")
-
-if store.is_demo:
-    st.info("Demo accounts (demo only, see README): `demo-public` / `demo-public-pw`, "
-            "`demo-internal` / `demo-internal-pw`, `demo-confidential` / `demo-confidential-pw`.")
+main()

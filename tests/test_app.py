@@ -1,5 +1,10 @@
 """The web app's pages with streamlit.testing.AppTest: sign-in gate, clearance filtering, chat, compare,
-portal. A public user must see nothing internal anywhere (markers are planted in the example wikis)."""
+portal. A public user must see nothing internal anywhere (markers are planted in the example wikis).
+
+The tests run the checkout's ``app.py`` and open a page through its thin ``pages/<name>.py``
+(``at.switch_page`` before the first run), which runs the router, which runs the package's page script
+``wikirag/webapp/<name>.py``; one test runs the package's router directly, as ``wikirag app`` does.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from wikirag import Workspace, build
+from wikirag import Workspace, build, webapp
 from wikirag.access import Level
 from wikirag.users import User
 
@@ -42,9 +47,10 @@ def _app_env(app_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WIKIRAG_MODEL", raising=False)
 
 
-def _app(app_home: Path, user: User | None = None, page: str | None = None, **params: str) -> AppTest:
+def _app(app_home: Path, user: User | None = None, page: str | None = None, entry: Path = REPO / "app.py",
+         **params: str) -> AppTest:
     st.cache_resource.clear()
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(entry), default_timeout=120)
     if user is not None:
         at.session_state["user"] = user
         at.session_state["signed_in_at"] = time.time()
@@ -73,8 +79,9 @@ BUILDER = User("demo-confidential", Level.CONFIDENTIAL, can_build=True)
 def test_nothing_is_shown_before_sign_in(app_home: Path, page: str | None) -> None:
     at = _app(app_home, None, page, wiki="brewing", path="methods/v60.md")
     assert not at.exception
-    # the router shows only the sign-in page; a page reached anyway stops at its own check
-    assert [t.value for t in at.title] == ["wikirag"] or [w.value for w in at.warning] == ["Please sign in."]
+    # the router shows only the sign-in page, even for a page's URL on the process's first run (when Streamlit
+    # still routes it straight to pages/<name>.py: see there); a page reached anyway would stop at its own check
+    assert [t.value for t in at.title] == ["wikirag"]
     shown = _text(at)
     for secret in ["V60", "brewing/", "Grind", *INTERNAL, *CONFIDENTIAL]:
         assert secret not in shown
@@ -205,4 +212,31 @@ def test_portal_lists_status_and_rebuilds(app_home: Path) -> None:
     assert not at.exception
     assert any("brewing: " in s.label and ("built" in s.label or "up to date" in s.label) for s in at.status)
     public = _app(app_home, PUBLIC, "pages/portal.py")
-    assert not public.button  # no rebuild for users who may not build
+    assert not public.main.button  # no rebuild for users who may not build (the sidebar has "Sign out")
+
+
+def test_the_checkout_entries_are_thin() -> None:
+    """One ``pages/<name>.py`` per page of the package, each only running the router; nothing else there."""
+    assert sorted(p.name for p in (REPO / "pages").iterdir() if p.name != "__pycache__") == sorted(
+        f"{name}.py" for name in webapp.PAGE_NAMES)
+    for entry in [REPO / "app.py", *(REPO / "pages").glob("*.py")]:
+        code = [line for line in entry.read_text(encoding="utf-8").split('"""')[-1].splitlines() if line]
+        assert code == ["from wikirag.webapp.router import main", "main()"], entry
+
+
+def test_the_package_router_serves_the_same_pages(app_home: Path) -> None:
+    """What ``wikirag app`` runs: the router in the package, its pages and the links between them."""
+    assert [t.value for t in _app(app_home, None, entry=webapp.ROUTER).title] == ["wikirag"]  # sign-in only
+    at = _app(app_home, INTERNAL_USER, entry=webapp.ROUTER)
+    assert [t.value for t in at.title] == ["Chat"] and "Signed in as" in at.sidebar.markdown[0].value
+    at.selectbox[0].select("engineering").run()
+    at.chat_input[0].set_value("How fast must a SEV2 page be acknowledged?").run()
+    assert not at.exception
+    assert "Open engineering-handbook/" in _text(at)  # a citation's link into the portal resolved
+    for key, value in {"wiki": "engineering-handbook", "path": "operations/deploying.md", "start": "0",
+                       "end": "40"}.items():
+        at.query_params[key] = value
+    at.switch_page("portal.py").run()  # relative to the router: the package's page script
+    assert not at.exception and not at.error
+    assert [t.value for t in at.title] == ["operations/deploying.md"]
+    assert any("Cited passage" in c.value for c in at.caption)

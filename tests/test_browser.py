@@ -1,13 +1,16 @@
 """End to end in a real browser: start the app, sign in, ask, get a cited answer, open the citation.
 
-Uses Debian's chromium (installed by .ci/run) through Playwright; the app runs as ``streamlit run
-app.py`` on 127.0.0.1 over a built copy of the bundled examples.
+Uses Debian's chromium (installed by .ci/run) through Playwright; the app runs as users start it,
+``wikirag app`` (the router and pages inside the package, ``wikirag/webapp/``), on 127.0.0.1 over a built
+copy of the bundled examples. The checkout's ``app.py`` and thin ``pages/`` run the same page code: see
+tests/test_app.py.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,11 +50,10 @@ def app_url(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     env = {**os.environ, "WIKIRAG_HOME": str(home), "WIKIRAG_CACHE": str(home / "cache"), "WIKIRAG_DEMO": "1"}
     env.pop("WIKIRAG_USERS", None)
+    # wikirag app becomes streamlit; a session of its own, so the teardown stops it and whatever it started
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [sys.executable, "-m", "wikirag", "--home", str(home), "app", "--port", str(port), "--address", "127.0.0.1"],
+        cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     while True:
@@ -65,7 +67,7 @@ def app_url(tmp_path_factory: pytest.TempPathFactory):
         assert time.monotonic() - started < 60, "the app did not start within 60 s"
         time.sleep(0.2)
     yield url
-    server.terminate()
+    os.killpg(server.pid, signal.SIGTERM)
     server.wait(timeout=20)
 
 

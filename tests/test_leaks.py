@@ -207,9 +207,12 @@ def test_the_audit_log_records_ids_never_text(env: Path) -> None:
     assert answer(ws, "top", "board minutes vault", clearance="restricted", user="carol").result.citations
     with pytest.raises(WikiragError):
         search(ws, "top", "board minutes", clearance="public", user="mallory")
+    with pytest.raises(WikiragError):
+        answer(ws, "top", "board minutes", clearance="public", user="mallory")
     events = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()[before:]]
-    assert [e["event"] for e in events] == ["search", "answer", "refused"]
-    found, answered, refused = events
+    # one record per refusal: the composition is resolved and checked once per query
+    assert [e["event"] for e in events] == ["search", "answer", "refused", "refused"]
+    found, answered, refused, _ = events
     assert found["user"] == "carol" and found["clearance"] == "restricted" and found["composition"] == "top"
     assert found["wikis"] == ["alpha", "beta", "gamma", "delta"]
     assert found["passages"] and all("#" in p and "/" in p for p in found["passages"])

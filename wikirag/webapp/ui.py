@@ -13,11 +13,13 @@ import time
 
 import streamlit as st
 
-from wikirag.errors import ConfigError
-from wikirag.users import AuthError, User, UserStore, check_cookie_secret, sso_user
+from wikirag.errors import AuthError, ConfigError
+from wikirag.users import User, UserStore, check_cookie_secret, sso_user
+from wikirag.webapp import page_file
 from wikirag.workspace import Workspace
 
 SESSION_HOURS = 8  # a sign-in lasts this long, then the user signs in again
+PORTAL = str(page_file("portal"))  # the knowledge-base page, as the router registers it (see wikirag.webapp)
 
 
 @st.cache_resource
@@ -109,7 +111,7 @@ def require_user() -> User:
 def default_model() -> str:
     import os
 
-    from wikirag.answer import DEFAULT_MODEL, MODEL_ENV
+    from wikirag.answers import DEFAULT_MODEL, MODEL_ENV
 
     return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
 
@@ -122,7 +124,7 @@ def sidebar(user: User) -> None:
 
 def passage_link(p, key: str) -> None:
     """A link to the passage's page in the portal, with the cited characters highlighted."""
-    st.page_link("pages/portal.py", label=f"Open {p.wiki}/{p.path}:{p.line}", icon=":material/open_in_new:",
+    st.page_link(PORTAL, label=f"Open {p.wiki}/{p.path}:{p.line}", icon=":material/open_in_new:",
                  query_params={"wiki": p.wiki, "path": p.path, "start": str(p.start), "end": str(p.end)})
 
 

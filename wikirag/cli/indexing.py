@@ -1,0 +1,218 @@
+"""``wikirag build``, ``list`` and ``check``: make indexes, and say what there is and what is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .. import index as index_mod
+from .. import store
+from ..access import LEVEL_NAMES, Level
+from ..config import read_yaml
+from ..errors import ManifestError, NotFound, WikiragError
+from ..wiki import GLOB_CHARS, MANIFEST_NAME, Wiki, write_manifest
+from ..workspace import Workspace
+from .common import clearance_option, workspace
+
+
+def _source_for_manifest(source: str, folder: Path, home: Path) -> str:
+    """SOURCE as the manifest stores it: relative to the wiki folder when it lies inside the workspace
+    (so the workspace can move), else absolute. A glob part is kept as given."""
+    parts = Path(os.path.expanduser(source)).parts
+    magic = next((i for i, p in enumerate(parts) if GLOB_CHARS.search(p)), len(parts))
+    base = Path(*parts[:magic]) if magic else Path(".")
+    rest = "/".join(parts[magic:])
+    absolute = base.resolve()
+    if not absolute.is_dir():
+        raise click.UsageError(f"SOURCE {source}: folder {absolute} does not exist")
+    inside = absolute == home or home in absolute.parents
+    stored = Path(os.path.relpath(absolute, folder.resolve()) if inside else absolute).as_posix()
+    return f"{stored}/{rest}" if rest else stored
+
+
+def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[str, ...],
+                     sensitivity: str | None, title: str | None) -> None:
+    folder = ws.wiki_folder(name)
+    path = folder / MANIFEST_NAME
+    if path.exists():
+        data, _ = read_yaml(path, ManifestError, "")
+    else:
+        if not sensitivity:
+            raise click.UsageError(
+                f"wiki '{name}' does not exist yet: give --sensitivity ({', '.join(LEVEL_NAMES)}) to create it"
+            )
+        data = {"name": name, "title": title or name.replace("-", " ").replace("_", " ").capitalize()}
+    folder.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        data["source"] = _source_for_manifest(source, folder, ws.home)
+    if tags:
+        data["include_tags"] = list(tags)
+    if sensitivity:
+        data["sensitivity"] = sensitivity
+    if title:
+        data["title"] = title
+    write_manifest(folder, data)
+
+
+def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
+    bars: dict[str, object] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None and (total >= 200 or stage == "embedding") and total and not as_json:
+            bar = bars[stage] = click.progressbar(length=total, label=f"{wiki.name}: {stage}", file=sys.stderr)
+            bar.__enter__()
+        if bar is not None:
+            bar.update(done - bar.pos)
+
+    try:
+        report = index_mod.build(wiki, force=force, progress=progress)
+    finally:
+        for bar in bars.values():
+            bar.__exit__(None, None, None)
+    if not as_json:
+        verb = "up to date" if report.state == "up to date" else f"built ({report.rechunked} file(s) chunked)"
+        click.echo(f"{wiki.name}: {verb}: {report.files} files, {report.chunks} chunks, "
+                   f"{len(report.skipped)} skipped, {report.seconds:.2f} s")
+        for skip in report.skipped:
+            click.echo(f"  skipped {skip.path}: {skip.reason}")
+    return {"wiki": wiki.name, "state": report.state, "files": report.files, "chunks": report.chunks,
+            "rechunked": report.rechunked, "seconds": round(report.seconds, 3), "build_id": report.build_id,
+            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped]}
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.argument("source", required=False)
+@click.option("--tag", "tags", multiple=True, help="Index only files with this tag, e.g. '#wiki/Topic' (repeatable).")
+@click.option("--sensitivity", type=click.Choice(LEVEL_NAMES), help="The wiki's level (required to create one).")
+@click.option("--title", help="The wiki's title (when creating or updating its manifest).")
+@click.option("--all", "build_all", is_flag=True, help="Build every wiki of the workspace.")
+@click.option("--force", is_flag=True, help="Re-chunk every file, even unchanged ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build reports as JSON.")
+@click.pass_context
+def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json):
+    """Build (or update) the index of a wiki, or of every wiki with --all.
+
+    With SOURCE (a folder or glob of markdown elsewhere, e.g. an Obsidian vault), first create or
+    update wikis/NAME/.wiki.yaml to read from it. Builds are incremental and atomic: unchanged files
+    are not re-chunked, and a failed build leaves the previous index serving.
+
+    Example: wikirag build notes ~/vault --tag '#wiki/Topic' --sensitivity internal
+    """
+    ws = workspace(ctx)
+    if build_all and (name or source):
+        raise click.UsageError("give either a wiki NAME or --all, not both")
+    if not build_all and not name:
+        raise click.UsageError("give a wiki NAME to build, or --all")
+    if name and (source is not None or tags or sensitivity or title):
+        _update_manifest(ws, name, source, tags, sensitivity, title)
+    names = ws.wiki_names() if build_all else [name]
+    if not names:
+        raise NotFound(f"no wikis in {ws.wikis_dir}: create one with 'wikirag build NAME SOURCE --sensitivity LEVEL'")
+    reports, failures = [], []
+    for wiki_name in names:
+        try:
+            reports.append(_build_one(ws.wiki(wiki_name), force, as_json))
+        except WikiragError as exc:
+            if not build_all:
+                raise
+            failures.append(f"{wiki_name}: {exc}")
+            click.echo(f"Error: {exc}", err=True)
+    if as_json:
+        click.echo(json.dumps({"built": reports, "failed": failures}, indent=2, ensure_ascii=False))
+    if failures:
+        raise click.ClickException(f"{len(failures)} of {len(names)} wiki(s) failed to build (see above)")
+
+
+
+@click.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print wikis and compositions as JSON.")
+@clearance_option
+@click.pass_context
+def list_(ctx, as_json, clearance):
+    """List the wikis and compositions at or below your clearance, with index status.
+
+    Status is fresh, stale (sources changed since the build), missing (never built) or
+    incompatible (built by another version: rebuild).
+
+    Example: wikirag list --clearance internal --json
+    """
+    from ..catalog import listing
+
+    level = Level.parse(clearance)
+    found = listing(workspace(ctx), level)
+    for problem in found.problems:
+        click.echo(f"warning: {problem}", err=True)
+    wikis = []
+    for info in found.wikis:
+        m, state = info.wiki.manifest, info.status
+        wikis.append({"name": info.name, "title": m.title, "description": m.description, "tags": m.tags,
+                      "sensitivity": str(info.wiki.level), "files": state.files, "chunks": state.chunks,
+                      "status": state.state, "built_at": state.built_at, "detail": state.detail,
+                      "dense": state.dense, "graph": m.layers.graph is not None, "links": state.links,
+                      "dangling_links": state.dangling, "level_changed": state.level_changed})
+    comps = [{"name": c.name, "description": c.spec.description, "sensitivity": str(c.level),
+              "wikis": [w.name for w in c.wikis]} for c in found.compositions]
+    hidden = found.hidden
+    if as_json:
+        click.echo(json.dumps({"wikis": wikis, "compositions": comps, "hidden": hidden}, indent=2, ensure_ascii=False))
+        return
+    click.echo("WIKIS")
+    for w in wikis:
+        dense = (f" +dense({w['dense']})" if w["dense"] else "") + (" +graph" if w["graph"] else "")
+        click.echo(f"  {w['name']:<24} {w['sensitivity']:<13} {w['files']:>5} files {w['chunks']:>6} chunks  "
+                   f"{w['status']:<8} {w['title']}{dense}")
+    click.echo("COMPOSITIONS")
+    for c in comps:
+        click.echo(f"  {c['name']:<24} {c['sensitivity']:<13} {', '.join(c['wikis'])}")
+    if hidden:
+        click.echo(f"({hidden} wiki(s) or composition(s) above clearance {level} not shown)", err=True)
+
+
+@click.command()
+@click.pass_context
+def check(ctx):
+    """Validate every wiki manifest and composition; list every problem, exit 1 if any.
+
+    Indexes that are missing or stale, and links between pages that lead nowhere (dangling, checked
+    against the serving builds), are noted on stderr but do not fail the check.
+
+    Example: wikirag check && echo all good
+    """
+    from ..graph import dangling_report
+
+    ws = workspace(ctx)
+    problems = ws.check()
+    graphs = {}
+    for name in ws.wiki_names():
+        try:
+            wiki = ws.wiki(name)
+            state = index_mod.status(wiki)
+        except WikiragError:
+            continue
+        if state.state in ("fresh", "stale"):
+            try:
+                graphs[name] = store.load(wiki).graph
+            except WikiragError as exc:
+                click.echo(f"note: {exc}", err=True)
+        if state.state != "fresh":
+            click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
+        if state.level_changed:
+            click.echo(f"note: wiki '{name}' changed level since its build ({state.level_changed}): "
+                       f"run 'wikirag build {name}'", err=True)
+        if state.dense in ("missing", "other model"):
+            reason = "has none" if state.dense == "missing" else "was built with another model"
+            click.echo(f"note: wiki '{name}' declares a dense layer but its index {reason}: "
+                       f"run 'wikirag build {name}'", err=True)
+    for line in dangling_report(graphs, ws.wiki_names()):
+        click.echo(f"note: {line}", err=True)
+    if problems:
+        for problem in problems:
+            click.echo(problem, err=True)
+        raise click.ClickException(f"{len(problems)} problem(s) found")
+    click.echo(f"ok: {len(ws.wiki_names())} wikis, {len(ws.composition_names())} compositions")

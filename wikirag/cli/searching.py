@@ -1,0 +1,136 @@
+"""``wikirag query``, ``ask`` and ``serve-model``: passages, grounded answers and the bundled local model."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import click
+
+from ..retrieval import search
+from .common import clearance_option, snippet, workspace
+
+
+@click.command()
+@click.argument("rag")
+@click.argument("question")
+@click.option("-k", type=click.IntRange(1, 200), default=None, help="Passages to return (default: the composition's k, else 5).")
+@click.option("--fusion", help="Fusion method to use instead of the composition's.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of passages.")
+@clearance_option
+@click.pass_context
+def query(ctx, rag, question, k, fusion, as_json, clearance):
+    """Search a composition (a name in rags/ or a YAML path) and print the best passages.
+
+    Each passage is cited as wiki/path:line with its heading path, and a passage found through a
+    wiki's links (the graph layer) says which links led to it; --json adds exact character offsets
+    (start, end) into the source file, each list's rank and score behind the fused score, and the
+    links followed ("via").
+
+    Example: wikirag query engineering "how do I page the on-call engineer" -k 3 --clearance internal
+    """
+    result = search(workspace(ctx), rag, question, clearance=clearance, k=k, fusion=fusion)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        click.echo(json.dumps([p.to_dict() for p in result.passages], indent=2, ensure_ascii=False))
+    else:
+        for p in result.passages:
+            heading = f"  ({p.heading})" if p.heading else ""
+            click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}")
+            for hop in p.via:
+                click.echo(f"    via {hop.link} in {hop.wiki}/{hop.path}:{hop.line}")
+            click.echo(textwrap.indent(textwrap.fill(snippet(p.text), 96), "    "))
+    if result.hint:
+        click.echo(f"no results: {result.hint}", err=True)
+
+
+@click.command()
+@click.argument("rag")
+@click.argument("question")
+@click.option("--model", help="'extractive', 'local', or a LiteLLM model string (default: the composition's "
+              "model, else $WIKIRAG_MODEL, else extractive).")
+@click.option("--api-base", help="URL of a self-hosted OpenAI-compatible server (env WIKIRAG_API_BASE).")
+@click.option("-k", type=click.IntRange(1, 50), default=None, help="Passages to give the model (default 5).")
+@click.option("--no-stream", is_flag=True, help="Print the answer only when it is complete.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON (implies --no-stream).")
+@clearance_option
+@click.pass_context
+def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
+    """Answer a question from a composition's passages, citing them as [n].
+
+    The model answers only from the passages; each [n] is checked against the passages, and the
+    sources are listed with their wiki, file, line and heading. If the model fails, the passages are
+    still printed and the command exits 1 with the reason.
+
+    Example: wikirag ask public-help "How hot should the water be for a V60?" --model local
+    """
+    from ..answers import answer
+
+    stream = answer(workspace(ctx), rag, question, clearance=clearance, model=model, api_base=api_base, k=k)
+    if as_json:
+        result = stream.result
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        if stream.partial.model == "local":
+            click.echo("using the local model (SmolLM2-135M); starting it if needed …", err=True)
+        if no_stream:
+            result = stream.result
+            click.echo(result.text)
+        else:
+            for text in stream:
+                click.echo(text, nl=False)
+            click.echo()
+            result = stream.result
+        _print_sources(result)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if result.invalid_citations:
+        click.echo(f"warning: the answer cites {result.invalid_citations}, which name no passage", err=True)
+    click.echo(f"retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
+               f"({result.model})", err=True)
+    if result.error:
+        raise click.ClickException(f"{result.error} (the passages above were retrieved)")
+
+
+@click.command(name="serve-model")
+@click.option("--port", type=int, default=8081, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--threads", type=int, default=1, show_default=True, help="CPU threads (1 is fastest on a busy machine).")
+@click.option("--background", is_flag=True, help="Start it in the background and return (as 'ask --model local' does).")
+@click.option("--stop", is_flag=True, help="Stop the background model server.")
+@click.option("--status", is_flag=True, help="Say whether it runs, and where.")
+def serve_model(port, threads, background, stop, status):
+    """Run the bundled local model (SmolLM2-135M-Instruct) as an OpenAI-style server on 127.0.0.1.
+
+    'wikirag ask --model local' starts it on demand in the background; use this to start it
+    ahead of time, in the foreground (Ctrl-C stops it), or to stop a background one. Each start
+    gets a random API key, stored with its port in the wikirag cache folder (readable by you only).
+
+    Example: wikirag serve-model --background && wikirag ask public-help "How long does cold brew keep?" --model local
+    """
+    from .. import localmodel
+
+    if sum((background, stop, status)) > 1:
+        raise click.UsageError("give at most one of --background, --stop and --status")
+    if stop:
+        click.echo("stopped" if localmodel.stop() else "no local model server was running")
+    elif status:
+        server = localmodel.running()
+        click.echo(f"running: pid {server.pid}, {server.api_base}" if server else "not running")
+    elif background:
+        server = localmodel.ensure_running(port=port, threads=threads)
+        click.echo(f"running: pid {server.pid}, {server.api_base}")
+    else:
+        click.echo(f"serving the local model on http://127.0.0.1:{port}/v1 (Ctrl-C stops it)", err=True)
+        localmodel.serve(port, threads, record=True)
+
+
+def _print_sources(result) -> None:
+    if not result.passages:
+        return
+    cited = {c.n for c in result.citations}
+    click.echo("\nSources:")
+    for n, p in enumerate(result.passages, start=1):
+        mark = "*" if n in cited else " "
+        heading = f"  ({p.heading})" if p.heading else ""
+        click.echo(f" {mark}[{n}] {p.wiki}/{p.path}:{p.line}{heading}")

@@ -1,0 +1,147 @@
+"""The knowledge base: the wikis and compositions you may see, their pages, index status, rebuilds.
+
+``?wiki=NAME&path=PAGE[&start=N&end=M]`` shows one page, with characters N to M (a citation)
+highlighted. A wiki above your clearance, or a path that is not one of its pages, is refused (and
+logged by the library) with the same message as a page that does not exist.
+
+A Streamlit page script, not a module to import (importing it runs the page): the router registers
+it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``wikirag.webapp``).
+"""
+
+import streamlit as st
+
+from wikirag import catalog
+from wikirag import index as index_mod
+from wikirag.errors import NotFound, WikiragError
+from wikirag.webapp import ui
+
+user = ui.require_user()
+ws = ui.workspace()
+params = st.query_params
+STATE_ICON = {"fresh": "🟢 fresh", "stale": "🟠 stale", "missing": "🔴 missing", "incompatible": "🔴 incompatible"}
+
+
+def show_page(wiki: str, path: str) -> None:
+    try:
+        view = catalog.read_page(ws, wiki, path, user.clearance, user.name)
+    except NotFound:
+        st.error("That page does not exist, or you may not see it.")
+        st.page_link(ui.PORTAL, label="Back to the knowledge base", icon=":material/arrow_back:")
+        return
+    st.page_link(ui.PORTAL, label=f"{view.wiki}", icon=":material/arrow_back:",
+                 query_params={"wiki": view.wiki})
+    st.title(view.path)
+    text, body = view.text, view.body_start
+    try:
+        start, end = int(params.get("start", -1)), int(params.get("end", -1))
+    except ValueError:
+        start = end = -1
+    if 0 <= start < end <= len(text):
+        cut_start, cut_end = max(start, body), max(end, body)
+        line = text.count("\n", 0, start) + 1
+        st.markdown(text[body:cut_start])
+        with st.container(border=True):
+            st.caption(f"Cited passage · line {line} · characters {start}–{end}")
+            st.markdown(f":orange-background[{' '}]" if cut_start == cut_end else text[cut_start:cut_end])
+        st.markdown(text[cut_end:])
+    else:
+        st.markdown(text[body:])
+    show_links(view.wiki, view.path)
+    if view.frontmatter:
+        with st.expander("Frontmatter"):
+            st.json(view.frontmatter)
+
+
+def show_links(wiki: str, path: str) -> None:
+    """The page's links and backlinks; a target you may not open is shown as plain text."""
+    found = catalog.page_links(ws, wiki, path, user.clearance, user.name)
+    if not found.indexed:
+        st.caption("Build this wiki's index to see its links and backlinks.")
+        return
+    left, right = st.columns(2)
+    for column, title, items in ((left, "Links", found.links), (right, "Backlinks", found.backlinks)):
+        with column:
+            st.subheader(f"{title} ({len(items)})")
+            for item in items:
+                anchor = f" › {item.anchor}" if item.anchor else ""
+                label = (f"{item.to_wiki}/{item.to_path}{anchor} (line {item.line})" if title == "Links"
+                         else f"{item.to_wiki}/{item.to_path}:{item.line}")
+                if item.to_path is None:
+                    st.markdown(f"`{item.text}` (line {item.line}): no page you can open")
+                else:
+                    st.page_link(ui.PORTAL, label=label, icon=":material/link:",
+                                 query_params={"wiki": item.to_wiki, "path": item.to_path})
+
+
+def show_wiki(name: str) -> None:
+    try:
+        pages = catalog.wiki_pages(ws, name, user.clearance, user.name)
+    except NotFound:
+        st.error("That wiki does not exist, or you may not see it.")
+        return
+    info = next(w for w in catalog.visible_wikis(ws, user.clearance) if w.name == name)
+    st.page_link(ui.PORTAL, label="Knowledge base", icon=":material/arrow_back:")
+    st.title(info.wiki.manifest.title)
+    st.markdown(info.wiki.manifest.description)
+    st.caption(f"{info.wiki.level} · tags: {', '.join(info.wiki.manifest.tags) or '–'} · "
+               f"{STATE_ICON.get(info.status.state, info.status.state)}")
+    for path in pages:
+        st.page_link(ui.PORTAL, label=path, icon=":material/description:",
+                     query_params={"wiki": name, "path": path})
+
+
+def show_overview() -> None:
+    st.title("Knowledge base")
+    wikis = catalog.visible_wikis(ws, user.clearance)
+    st.subheader("Wikis")
+    st.dataframe(
+        [{"wiki": w.name, "title": w.wiki.manifest.title, "description": w.wiki.manifest.description,
+          "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.wiki.level), "files": w.status.files,
+          "chunks": w.status.chunks, "last build": w.status.built_at or "–",
+          "index": STATE_ICON.get(w.status.state, w.status.state),
+          "dense": w.status.dense or "–"} for w in wikis],
+        hide_index=True, width="stretch")
+    for w in wikis:
+        if w.status.state != "fresh":
+            st.warning(f"**{w.name}**: index {w.status.state} — {w.status.detail or 'rebuild it'}")
+        if w.status.level_changed:
+            st.warning(f"**{w.name}**: level changed since the build ({w.status.level_changed}) — rebuild it")
+    st.markdown("Browse: " + " · ".join(f"[{w.name}](?wiki={w.name})" for w in wikis))
+    for w in wikis:
+        st.page_link(ui.PORTAL, label=f"{w.wiki.manifest.title} ({w.name})",
+                     icon=":material/folder_open:", query_params={"wiki": w.name})
+    st.subheader("Compositions")
+    st.dataframe([{"composition": c.name, "description": c.spec.description, "sensitivity": str(c.level),
+                   "wikis": ", ".join(w.name for w in c.wikis)}
+                  for c in catalog.visible_compositions(ws, user.clearance)], hide_index=True, width="stretch")
+    if user.can_build:
+        st.subheader("Rebuild")
+        name = st.selectbox("Wiki", [w.name for w in wikis])
+        if st.button("Rebuild index", icon=":material/refresh:") and name:
+            rebuild(name)
+
+
+def rebuild(name: str) -> None:
+    wiki = next(w.wiki for w in catalog.visible_wikis(ws, user.clearance) if w.name == name)
+    with st.status(f"Building {name}…", expanded=True) as status:
+        bar = st.progress(0.0, text="reading")
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.progress(done / total if total else 1.0, text=f"{stage} {done}/{total}")
+
+        try:
+            report = index_mod.build(wiki, progress=progress)
+        except WikiragError as exc:
+            status.update(label=f"{name}: build failed", state="error")
+            st.error(str(exc))
+            return
+        status.update(label=f"{name}: {report.state} — {report.files} files, {report.chunks} chunks, "
+                            f"{report.seconds:.1f} s", state="complete")
+
+
+if "wiki" in params and "path" in params:
+    show_page(params["wiki"], params["path"])
+elif "wiki" in params:
+    show_wiki(params["wiki"])
+else:
+    show_overview()

@@ -1,0 +1,45 @@
+"""Sign in with a local account, or with single sign-on when it is configured.
+
+A Streamlit page script, not a module to import (importing it runs the page): the router registers
+it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``wikirag.webapp``).
+"""
+
+import secrets
+
+import streamlit as st
+
+from wikirag.errors import AuthError, WikiragError
+from wikirag.webapp import ui
+
+st.title("wikirag")
+st.caption("Answers from your team's wikis, with citations you can check. Sign in to continue.")
+
+store = ui.user_store()
+try:
+    accounts = store.load().users
+except WikiragError as exc:  # e.g. a users file holding a published demo password outside demo mode
+    st.error(f"The accounts file is not usable: {exc}")
+    st.stop()
+if not accounts and not ui.sso_configured():
+    st.error("No accounts are set up. Add one with `wikirag user add NAME --clearance LEVEL`, "
+             "or start the app with `wikirag app --demo` to use the demo accounts.")
+    st.stop()
+
+with st.form("signin"):
+    name = st.text_input("User name")
+    password = st.text_input("Password", type="password")
+    submitted = st.form_submit_button("Sign in", type="primary")
+if submitted:
+    try:
+        client = st.session_state.setdefault("client", secrets.token_hex(8))
+        ui.sign_in(store.authenticate(name, password, client=client))
+        st.rerun()
+    except AuthError as exc:
+        st.error(f"{str(exc).capitalize()}.")
+
+if ui.sso_configured():
+    st.button("Sign in with single sign-on", on_click=st.login, icon=":material/key:")
+
+if store.is_demo:
+    st.info("Demo accounts (demo only, see README): `demo-public` / `demo-public-pw`, "
+            "`demo-internal` / `demo-internal-pw`, `demo-confidential` / `demo-confidential-pw`.")
