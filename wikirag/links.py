@@ -112,6 +112,8 @@ def _split_wikilink(inner: str) -> tuple[str | None, str, str | None]:
 
 def parse_links(text: str, body_start: int = 0) -> list[Link]:
     """Every page link in ``text`` after ``body_start`` (the frontmatter is not searched), in order."""
+    if "[[" not in text and "](" not in text:  # no link syntax at all: skip parsing the page for code blocks
+        return []
     code = _code_ranges(text, body_start)
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
 
