@@ -138,9 +138,9 @@ def test_model_from_composition_and_environment(built: Workspace, home: Path, mo
 
 
 def test_access_is_checked_before_anything_is_generated(built: Workspace) -> None:
-    from wikirag import AccessDenied
+    from wikirag import NotFound
 
-    with pytest.raises(AccessDenied):
+    with pytest.raises(NotFound, match="no composition 'secret' that you may use"):
         answer(built, "secret", "keys", clearance="internal")
 
 

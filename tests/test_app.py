@@ -97,6 +97,56 @@ def test_a_failed_sign_in_does_not_say_whether_the_user_exists(app_home: Path, n
     assert "user" not in at.session_state
 
 
+def _sign_in(at: AppTest, name: str, password: str) -> AppTest:
+    at.text_input[0].input(name)
+    at.text_input[1].input(password)
+    return at.button[0].click().run()
+
+
+@pytest.mark.parametrize("name", ["demo-internal", "nobody"])
+def test_an_over_long_password_fails_like_a_wrong_one(app_home: Path, name: str) -> None:
+    """bcrypt 5 raises ValueError beyond 72 bytes: that used to reach the page as a traceback with server paths."""
+    at = _sign_in(_app(app_home), name, "p" * 100)
+    assert not at.exception
+    assert [e.value for e in at.error] == ["Wrong user name or password."]
+    assert "Traceback" not in _text(at) and "72 bytes" not in _text(at) and "user" not in at.session_state
+
+
+def test_an_unexpected_sign_in_failure_is_a_normal_message(app_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wikirag.users import UserStore
+
+    def broken(*_, **__):
+        raise RuntimeError(f"something broke in {app_home}")
+
+    monkeypatch.setattr(UserStore, "authenticate", broken)
+    at = _sign_in(_app(app_home), "demo-internal", "demo-internal-pw")
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "Sign-in failed. Try again; if it keeps failing, ask an administrator (the server's log says why)."]
+    assert str(app_home) not in _text(at) and "RuntimeError" not in _text(at)
+
+
+def test_a_broken_accounts_file_shows_no_path(app_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text((REPO / "wikirag" / "demo_users.yaml").read_text())  # a published password, outside demo mode
+    monkeypatch.setenv("WIKIRAG_USERS", str(users))
+    monkeypatch.delenv("WIKIRAG_DEMO")
+    at = _app(app_home)
+    assert not at.exception and not at.text_input
+    assert [e.value for e in at.error] == [
+        "Sign-in is not available: the accounts file is not usable. The server's log says why."]
+    assert str(tmp_path) not in _text(at)
+
+
+def test_the_settings_show_no_error_details_and_no_page_list() -> None:
+    """For `streamlit run app.py` (wikirag app passes the same flags: tests/test_install.py). Streamlit's old value
+    false for showErrorDetails now means "stacktrace", which still shows a traceback: "none" shows none."""
+    import tomllib
+
+    client = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text(encoding="utf-8"))["client"]
+    assert client["showErrorDetails"] == "none" and client["showSidebarNavigation"] is False
+
+
 def test_sign_in_and_out(app_home: Path) -> None:
     at = _app(app_home)
     at.text_input[0].input("demo-internal")
@@ -106,6 +156,8 @@ def test_sign_in_and_out(app_home: Path) -> None:
     at = _app(app_home, at.session_state["user"])  # the router, signed in
     assert [t.value for t in at.title] == ["Chat"]
     assert "clearance: `internal`" in at.sidebar.markdown[0].value
+    # the app's pages as links in the sidebar (Streamlit's own page list is hidden: see wikirag.webapp.router)
+    assert [link.proto.label for link in at.sidebar.get("page_link")] == ["Chat", "Compare", "Knowledge base"]
     at.sidebar.button[0].click().run()  # sign out
     assert "user" not in at.session_state
     at.run()

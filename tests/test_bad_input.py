@@ -4,15 +4,19 @@ specific error or is handled, and the table says which."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from wikirag import CompositionError, ManifestError, Workspace, build, search, store
+from wikirag.errors import QueryError
+from wikirag.retrieval import check_question
 
 from .conftest import make_wiki
 
@@ -134,3 +138,97 @@ def test_a_composition_of_200_wikis(home: Path) -> None:
     result = search(ws, "many", "notes number 150 compost", clearance="public")
     assert result.passages[0].wiki == "w150" and len(result.passages) == 10
     assert result.wikis == names and not result.warnings  # every wiki searched (its speed: bench/many_wikis.py)
+
+
+# questions that are not valid text: one check (retrieval.check_question) at the start of retrieve() ----------
+
+BAD_QUESTIONS = [
+    pytest.param("\udcff water", r"the question is not valid text: character 1 is U\+DCFF, a lone surrogate "
+                 r"\(the byte 0xff, which is not UTF-8: is your terminal set to UTF-8\?\); retype it",
+                 id="surrogateescape-byte"),
+    pytest.param("\ud800 water", r"the question is not valid text: character 1 is U\+D800, a lone surrogate; retype it",
+                 id="lone-surrogate"),
+    pytest.param("water \udfff", r"character 7 is U\+DFFF, a lone surrogate; retype it", id="low-surrogate-at-end"),
+    pytest.param("water\x00tomatoes", r"the question is not valid text: character 6 is the control character "
+                 r"U\+0000; retype it without it", id="nul"),
+    pytest.param("\x1b[31mwater", r"character 1 is the control character U\+001B; retype it", id="escape"),
+    pytest.param("water\x85", r"character 6 is the control character U\+0085", id="c1-control"),
+    pytest.param("water\x7f", r"character 6 is the control character U\+007F", id="delete"),
+    pytest.param(b"water", r"the question is not valid text: it is bytes, not str; decode it to str first",
+                 id="bytes"),
+    pytest.param(None, r"the question is not valid text: it is NoneType, not str; pass the question as a str",
+                 id="none"),
+    pytest.param("water " * 2000, r"the question is too long: 12,000 characters, at most 10,000; shorten it",
+                 id="too-long"),
+]
+
+
+@pytest.mark.parametrize(("question", "expected"), BAD_QUESTIONS)
+def test_a_bad_question_gets_a_query_error_from_search_and_answer(ws: Workspace, question, expected: str) -> None:
+    from wikirag import answer
+
+    with pytest.raises(QueryError, match=expected):
+        search(ws, "open", question, clearance="public")
+    with pytest.raises(QueryError, match=expected):
+        answer(ws, "open", question, clearance="public", model="extractive")
+    with pytest.raises(QueryError, match=expected):
+        check_question(question)
+
+
+def test_text_that_is_fine_is_searched(built: Workspace) -> None:
+    for question in ["how often\tto water\r\ntomatoes?", "🍅 tomatoes 水", ("tomatoes " + "water " * 1666)[:10_000]]:
+        assert check_question(question) is question
+        result = search(built, "open", question, clearance="public")
+        assert result.passages and result.passages[0].wiki == "alpha", question
+
+
+@pytest.mark.parametrize("question", ["\udcff water", chr(0xD800) + " water", "water\x00", "x" * 10_001])
+def test_the_cli_says_what_is_wrong_with_the_question(home: Path, question: str) -> None:
+    from click.testing import CliRunner
+
+    from wikirag.cli import cli
+
+    result = CliRunner().invoke(cli, ["--home", str(home), "query", "open", question])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: the question is ")
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no uncaught error
+
+
+def test_a_raw_invalid_byte_on_the_command_line(home: Path) -> None:
+    build(Workspace(home).wiki("alpha"))
+    args = [sys.executable, "-m", "wikirag", "--home", str(home), "query", "open"]
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+    env.pop("WIKIRAG_DEBUG", None)
+    bad = subprocess.run([*map(os.fsencode, args), b"\xff water"], capture_output=True, timeout=120, env=env,
+                         check=False)
+    assert bad.returncode == 1, bad.stderr
+    assert bad.stderr.decode("utf-8") == ("Error: the question is not valid text: character 1 is U+DCFF, a lone "
+                                          "surrogate (the byte 0xff, which is not UTF-8: is your terminal set to "
+                                          "UTF-8?); retype it\n")
+    assert bad.stdout == b""
+    good = subprocess.run([*map(os.fsencode, args), b"water tomatoes"], capture_output=True, timeout=120,
+                          env=env, check=False)
+    assert good.returncode == 0 and b"alpha/tomatoes.md" in good.stdout, good.stderr
+
+
+def test_the_app_shows_the_error_for_a_question_with_a_control_character(home: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from wikirag.access import Level
+    from wikirag.users import User
+
+    monkeypatch.setenv("WIKIRAG_HOME", str(home))
+    monkeypatch.setenv("WIKIRAG_DEMO", "1")
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.session_state["user"] = User("demo-public", Level.PUBLIC)
+    at.session_state["signed_in_at"] = time.time()
+    at.switch_page("pages/chat.py")
+    at.run()
+    at.chat_input[0].set_value("water\x00 tomatoes").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [("the question is not valid text: character 6 is the control character "
+                                            "U+0000; retype it without it")]

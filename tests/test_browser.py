@@ -8,7 +8,9 @@ tests/test_app.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,35 +43,97 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory: pytest.TempPathFactory):
+def app_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A built copy of the bundled examples (the repository is never written)."""
     home = tmp_path_factory.mktemp("browser") / "ws"
     for part in ("wikis", "rags"):
         shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns(".index"))
     ws = Workspace(home)
     for name in ws.wiki_names():
         build(ws.wiki(name))
+    return home
+
+
+@contextlib.contextmanager
+def _serve(home: Path, how: str) -> Iterator[str]:
+    """Start the app as users do, ``wikirag app`` (the package's router) or, in the checkout, ``streamlit run
+    app.py`` (its .streamlit/config.toml applies there); yield its URL once it answers."""
     port = _free_port()
     env = {**os.environ, "WIKIRAG_HOME": str(home), "WIKIRAG_CACHE": str(home / "cache"), "WIKIRAG_DEMO": "1"}
     env.pop("WIKIRAG_USERS", None)
+    if how == "wikirag app":
+        command, cwd = [sys.executable, "-m", "wikirag", "--home", str(home), "app", "--port", str(port),
+                        "--address", "127.0.0.1"], home
+    else:
+        command, cwd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                        "--server.address", "127.0.0.1"], REPO
     # wikirag app becomes streamlit; a session of its own, so the teardown stops it and whatever it started
-    server = subprocess.Popen(
-        [sys.executable, "-m", "wikirag", "--home", str(home), "app", "--port", str(port), "--address", "127.0.0.1"],
-        cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
-                if response.status == 200:
+    try:
+        started = time.monotonic()
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, server.stdout.read().decode()
+            assert time.monotonic() - started < 60, "the app did not start within 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def app_url(app_home: Path) -> Iterator[str]:
+    with _serve(app_home, "wikirag app") as url:
+        yield url
+
+
+# what a visitor must not see before signing in: the names of the app's pages and scripts (the page list once
+# shown at /portal was "app, chat, compare, portal, signin, ui"), and anything from a wiki
+PAGE_NAMES = re.compile(r"\b(chat|compare|portal|signin|ui|router|knowledge base)\b", re.IGNORECASE)
+WIKI_TEXT = ["V60", "brewing", "Grind", "engineering", "Northwind", "NWL-"]
+SIGNED_OUT_PATHS = ["/portal", "/portal?wiki=brewing&path=methods/v60.md", "/ui", "/app", "/signin", "/chat",
+                    "/compare", "/"]
+
+
+@pytest.mark.parametrize("how", ["wikirag app", "streamlit run app.py"])
+def test_before_sign_in_every_url_shows_only_the_sign_in_page(app_home: Path, how: str) -> None:
+    """A fresh process each, /portal first: on a process's first run Streamlit used to send the page list of
+    a pages/ folder (the checkout's) before the router ran; it must never appear, not even for a moment."""
+    from playwright.sync_api import sync_playwright
+
+    with _serve(app_home, how) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        for path in SIGNED_OUT_PATHS:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url + path, wait_until="commit")
+            form = page.get_by_role("textbox", name="User name")
+            deadline = time.monotonic() + 30
+            while True:  # watch the page while it loads: no navigation at any moment
+                assert page.locator('[data-testid="stSidebarNav"]').count() == 0, (how, path)
+                if form.count() and form.is_visible():
                     break
-        except OSError:
-            pass
-        assert server.poll() is None, server.stdout.read().decode()
-        assert time.monotonic() - started < 60, "the app did not start within 60 s"
-        time.sleep(0.2)
-    yield url
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=20)
+                assert time.monotonic() < deadline, f"{how} {path}: no sign-in form within 30 s"
+                page.wait_for_timeout(50)
+            page.wait_for_timeout(1000)  # let the run finish: nothing may come after the form either
+            body = page.inner_text("body")
+            assert page.locator('[data-testid="stSidebarNav"], [data-testid="stSidebar"]').count() == 0, (how, path)
+            assert page.get_by_role("button", name="Sign in").is_visible()
+            links = {a.inner_text().strip() for a in page.locator("a").all()} - {"", "Skip to main content"}
+            assert not links, (how, path, links)
+            assert not PAGE_NAMES.search(body), (how, path, body)
+            assert not any(text in body for text in WIKI_TEXT), (how, path, body)
+            assert "Traceback" not in body and "Error" not in body, (how, path, body)
+            assert page.title() == "wikirag", (how, path)
+            page.close()
+        browser.close()
 
 
 def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ def test_eval_of_a_composition_with_own_judgments(built: Workspace, home: Path, 
     assert report["results"]["dfs-prior"]["per_dataset"]["team"]["ndcg@10"] == pytest.approx(1.0)
     denied = CliRunner().invoke(cli, ["--home", str(home), "eval", "team", "--queries", str(queries),
                                       "--qrels", str(qrels)])
-    assert denied.exit_code == 1 and "needs clearance internal" in denied.stderr
+    assert denied.exit_code == 1 and "no composition 'team' that you may use" in denied.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wikirag import AccessDenied, CompositionError, IndexMissing, QueryError, Workspace, build
+from wikirag import CompositionError, IndexMissing, NotFound, QueryError, Workspace, build
 from wikirag.fusion import get, rrf
 from wikirag.retrieval import search
 
@@ -73,15 +73,24 @@ def test_clearance_gates_compositions(built: Workspace, clearance: str, composit
     if allowed:
         assert search(built, composition, "deploys keys compost", clearance=clearance).passages
         return
-    with pytest.raises(AccessDenied, match=f"composition '{composition}' is .*; your clearance is {clearance}. "
-                                           "It needs clearance .* or higher"):
+    # above the clearance reads exactly like a composition that does not exist
+    with pytest.raises(NotFound) as above:
         search(built, composition, "deploys", clearance=clearance)
+    with pytest.raises(NotFound) as missing:
+        search(built, "no-such-composition", "deploys", clearance=clearance)
+    assert str(above.value).replace(composition, "X") == str(missing.value).replace("no-such-composition", "X")
+    assert str(above.value).startswith(f"no composition '{composition}' that you may use")
+    assert "gamma" not in str(above.value) and (clearance != "public" or "team" not in str(missing.value))
 
 
 def test_hand_edited_composition_cannot_reach_above_its_ceiling(built: Workspace, home: Path) -> None:
     (home / "rags" / "sneaky.yaml").write_text("sensitivity: public\nwikis: [alpha, gamma]\n")
-    with pytest.raises(CompositionError, match="wiki 'gamma' is confidential, above"):
+    with pytest.raises(CompositionError) as hidden:
         search(built, "sneaky", "keys", clearance="public")
+    assert "unknown wiki 'gamma': available: alpha" in str(hidden.value)  # as if gamma did not exist
+    assert "confidential" not in str(hidden.value)
+    with pytest.raises(CompositionError, match="wiki 'gamma' is confidential, above"):  # a caller who may see gamma
+        search(built, "sneaky", "keys", clearance="confidential")
 
 
 def test_each_wiki_is_checked_again_at_retrieval_time(built: Workspace, home: Path) -> None:
@@ -90,7 +99,7 @@ def test_each_wiki_is_checked_again_at_retrieval_time(built: Workspace, home: Pa
     assert search(built, comp, "deploys", clearance="internal").passages
     manifest = home / "wikis" / "beta" / ".wiki.yaml"
     manifest.write_text(manifest.read_text().replace("internal", "confidential"))
-    with pytest.raises(CompositionError, match="wiki 'beta' is confidential, above the composition's sensitivity"):
+    with pytest.raises(CompositionError, match="unknown wiki 'beta'"):  # above the caller: as if it did not exist
         search(built, comp, "deploys", clearance="internal")
     # and the composition file itself no longer loads for anyone
     with pytest.raises(CompositionError, match="wiki 'beta' is confidential, above"):
@@ -103,14 +112,16 @@ def test_a_level_edited_by_another_process_applies_within_the_recheck_interval(b
     manifest = home / "wikis" / "alpha" / ".wiki.yaml"
     manifest.write_text(manifest.read_text().replace("public", "internal"))
     time.sleep(ws.recheck_seconds + 0.1)
-    with pytest.raises(CompositionError, match="wiki 'alpha' is internal, above the composition's sensitivity public"):
+    with pytest.raises(CompositionError, match="unknown wiki 'alpha'"):
         search(ws, "open", "compost", clearance="public")
+    with pytest.raises(CompositionError, match="wiki 'alpha' is internal, above the composition's sensitivity public"):
+        search(ws, "open", "compost", clearance="internal")
 
 
 def test_refusal_comes_before_wiki_lookup(built: Workspace, home: Path) -> None:
     """A public caller asking for a confidential composition learns nothing about its wikis."""
     (home / "rags" / "hidden.yaml").write_text("sensitivity: confidential\nwikis: [gamma, nonexistent]\n")
-    with pytest.raises(AccessDenied) as err:
+    with pytest.raises(NotFound) as err:
         search(built, "hidden", "keys", clearance="public")
     assert "gamma" not in str(err.value) and "nonexistent" not in str(err.value)
 

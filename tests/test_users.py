@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import bcrypt
 import pytest
 from click.testing import CliRunner
 
 from wikirag.access import Level
 from wikirag.cli import cli
-from wikirag.errors import AuthError, ConfigError
-from wikirag.users import UserStore, sso_user
+from wikirag.errors import AccountError, AuthError, ConfigError
+from wikirag.users import DEMO_USERS, MAX_FAILURES, LoginThrottle, UserStore, sso_user
 
 
 def test_demo_accounts_apply_only_in_demo_mode_without_a_users_file(tmp_path: Path, monkeypatch) -> None:
@@ -43,6 +45,137 @@ def test_failed_sign_ins_are_rate_limited(tmp_path: Path) -> None:
         store.authenticate("alice", "correct horse battery", client="browser-2")  # the name is locked
     with pytest.raises(AuthError, match="too many failed sign-ins"):
         store.authenticate("bob", "anything", client="browser-1")  # and so is the client
+
+
+def _at_once(store: UserStore, tries: list[tuple[str, str, str | None]]) -> list[str]:
+    """Run every (name, password, client) try in its own thread, all released at the same moment; the
+    message each got ('wrong user name or password' means its password was checked)."""
+    barrier = threading.Barrier(len(tries))
+    results: list[str] = [""] * len(tries)
+
+    def attempt(i: int, name: str, password: str, client: str | None) -> None:
+        barrier.wait()
+        try:
+            store.authenticate(name, password, client=client)
+            results[i] = "signed in"
+        except AuthError as exc:
+            results[i] = str(exc).partition(":")[0]
+
+    threads = [threading.Thread(target=attempt, args=(i, *t)) for i, t in enumerate(tries)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.mark.parametrize("clients", ["one browser", "40 browsers"])
+def test_concurrent_wrong_tries_get_at_most_the_limit_of_password_checks(clients: str) -> None:
+    """The red team's race: 40 tries at the same moment used to get 28 password checks (limit 5). A try is
+    now counted before its password is checked, so exactly the limit get checked and the rest are refused."""
+    store = UserStore(DEMO_USERS)  # the demo accounts: bcrypt cost 12, as real ones
+    tries = [("demo-internal", f"guess-{i}", "browser" if clients == "one browser" else f"browser-{i}")
+             for i in range(40)]
+    results = _at_once(store, tries)
+    assert results.count("wrong user name or password") == MAX_FAILURES
+    assert results.count("too many failed sign-ins") == 40 - MAX_FAILURES
+    with pytest.raises(AuthError, match="too many failed sign-ins"):  # the right password too, until it expires
+        store.authenticate("demo-internal", "demo-internal-pw", client="another-browser")
+
+
+def test_a_browser_trying_many_names_is_limited(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "users.yaml")
+    store.add("alice", "correct horse battery", "internal")
+    results = _at_once(store, [(f"user-{i}", "guess", "browser-1") for i in range(12)])  # one name each
+    assert results.count("wrong user name or password") == MAX_FAILURES
+    with pytest.raises(AuthError, match="too many failed sign-ins"):
+        store.authenticate("alice", "correct horse battery", client="browser-1")
+    assert store.authenticate("alice", "correct horse battery", client="browser-2").name == "alice"
+
+
+def test_a_network_address_has_a_looser_limit_of_its_own(tmp_path: Path) -> None:
+    """Many people may share an address (a proxy, an office): its limit counts every session behind it."""
+    store = UserStore(tmp_path / "users.yaml", LoginThrottle(address_limit=7))
+    store.add("alice", "correct horse battery", "internal")
+    for i in range(7):  # a fresh session and name each time: only the address adds up
+        with pytest.raises(AuthError, match="wrong user name or password"):
+            store.authenticate(f"user-{i}", "guess", client=f"session-{i}", address="203.0.113.9")
+    with pytest.raises(AuthError, match="too many failed sign-ins"):
+        store.authenticate("alice", "correct horse battery", client="session-new", address="203.0.113.9")
+    assert store.authenticate("alice", "correct horse battery", client="session-new", address="198.51.100.4")
+
+
+def test_a_success_gives_its_try_back_but_does_not_reset_the_browser(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "users.yaml")
+    store.add("alice", "correct horse battery", "internal")
+    for i in range(MAX_FAILURES - 1):
+        with pytest.raises(AuthError, match="wrong user name or password"):
+            store.authenticate(f"victim-{i}", "guess", client="browser-1")
+    for _ in range(3):  # signing in to one's own account neither counts nor clears the browser's failures
+        assert store.authenticate("alice", "correct horse battery", client="browser-1").name == "alice"
+    with pytest.raises(AuthError, match="wrong user name or password"):
+        store.authenticate("victim-x", "guess", client="browser-1")
+    with pytest.raises(AuthError, match="too many failed sign-ins"):
+        store.authenticate("alice", "correct horse battery", client="browser-1")
+
+
+def test_a_right_password_works_once_the_lockout_window_has_passed(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = UserStore(tmp_path / "users.yaml", LoginThrottle(window=600, clock=lambda: now[0]))
+    store.add("alice", "correct horse battery", "internal")
+    results = _at_once(store, [("alice", "guess", f"browser-{i}") for i in range(10)])
+    assert results.count("wrong user name or password") == MAX_FAILURES
+    now[0] += 599
+    with pytest.raises(AuthError, match="too many failed sign-ins: try again in 1 s"):
+        store.authenticate("alice", "correct horse battery")
+    now[0] += 1
+    assert store.authenticate("alice", "correct horse battery", client="browser-0").name == "alice"
+    for _ in range(MAX_FAILURES):  # and the success cleared the name's failures
+        with pytest.raises(AuthError, match="wrong user name or password"):
+            store.authenticate("alice", "guess")
+
+
+@pytest.mark.parametrize("password", ["x" * 73, "correct horse battery" * 5, "é" * 37, "\ud800"])
+def test_a_password_bcrypt_cannot_take_fails_like_a_wrong_one(tmp_path: Path, monkeypatch, password: str) -> None:
+    """Over 72 bytes (bcrypt 5 raises ValueError) or not encodable: the normal failure, counted, no bcrypt call."""
+    store = UserStore(tmp_path / "users.yaml")
+    store.add("alice", "correct horse battery", "internal")
+
+    def no_bcrypt(*_):
+        raise AssertionError("bcrypt was called for a password it cannot take")
+
+    monkeypatch.setattr(bcrypt, "checkpw", no_bcrypt)
+    for name in ["alice"] * MAX_FAILURES:
+        with pytest.raises(AuthError, match="^wrong user name or password$"):
+            store.authenticate(name, password)
+    with pytest.raises(AuthError, match="too many failed sign-ins"):  # each one counted as a failure
+        store.authenticate("alice", password)
+    with pytest.raises(AuthError, match="^wrong user name or password$"):  # no hint that the account is missing
+        store.authenticate("nobody", password)
+
+
+def test_a_broken_users_file_does_not_count_as_a_failed_try(tmp_path: Path) -> None:
+    path = tmp_path / "users.yaml"
+    path.write_text("users:\n  bob: {password: hunter2, clearance: public}\n")
+    store = UserStore(path)
+    for _ in range(MAX_FAILURES + 2):
+        with pytest.raises(ConfigError):
+            store.authenticate("bob", "hunter2", client="browser-1")
+
+
+@pytest.mark.parametrize("password", ["x" * 73, "é" * 37])
+def test_an_account_cannot_get_a_password_over_72_bytes(tmp_path: Path, password: str) -> None:
+    store = UserStore(tmp_path / "users.yaml")
+    with pytest.raises(AccountError, match="at most 72 bytes in UTF-8"):
+        store.add("alice", password, "internal")
+    assert not store.path.exists()
+    store.add("alice", "é" * 36, "internal")  # 72 bytes: fine
+    assert store.authenticate("alice", "é" * 36).name == "alice"
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "user", "add", "bob", "--clearance", "public",
+                                      "--password", password])
+    assert result.exit_code == 1
+    assert "Error: a password can have at most 72 bytes in UTF-8" in result.output
+    assert "Traceback" not in result.output and "bob" not in store.path.read_text()
 
 
 def test_the_sso_cookie_secret_must_be_real() -> None:

@@ -61,7 +61,17 @@ class IndexCache:
         self._lock = threading.RLock()
 
     def get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
-        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing."""
+        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing.
+
+        The build's recorded level is checked against ``wiki``'s level on every call, cached or not
+        (:func:`wikirag.store.check_level`): lowering a wiki's level in ``.wiki.yaml`` does not touch
+        ``CURRENT``, and its cached build must stop serving at once.
+        """
+        loaded, warnings = self._get(wiki)
+        store.check_level(loaded.manifest, wiki)
+        return loaded, warnings
+
+    def _get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
         pointer = wiki.current_pointer
         entry = self._entries.get(pointer)
         now = self._clock()

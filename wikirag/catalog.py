@@ -17,7 +17,7 @@ from . import index as index_mod
 from .access import Level
 from .cache import DEFAULT_CACHE
 from .composition import Composition
-from .errors import AccessDenied, NotFound, WikiragError
+from .errors import NotFound, WikiragError
 from .index import IndexStatus
 from .page import parse_page
 from .sources import decode, discover
@@ -29,10 +29,12 @@ log = logging.getLogger("wikirag.access")
 
 @dataclass(frozen=True)
 class WikiInfo:
-    """A wiki as the portal lists it."""
+    """A wiki as the portal lists it; ``level`` is its effective level (raised when its sources overlap
+    a higher wiki's, see :mod:`wikirag.overlap`), the one access is decided by."""
 
     wiki: Wiki
     status: IndexStatus
+    level: Level
 
     @property
     def name(self) -> str:
@@ -71,6 +73,7 @@ def listing(ws: Workspace, clearance: Level | str, *, wikis: bool = True, compos
     shown_wikis: list[WikiInfo] = []
     shown_comps: list[Composition] = []
     hidden, problems = 0, []
+    levels = ws.levels() if wikis else {}
     for name in ws.wiki_names() if wikis else ():
         try:
             wiki = ws.wiki(name)
@@ -80,14 +83,15 @@ def listing(ws: Workspace, clearance: Level | str, *, wikis: bool = True, compos
             else:
                 problems.append(str(exc))
             continue
-        if wiki.level > level:
+        effective = levels.get(name, Level.RESTRICTED)
+        if effective > level:
             hidden += 1
         else:
-            shown_wikis.append(WikiInfo(wiki, index_mod.status(wiki)))
+            shown_wikis.append(WikiInfo(wiki, index_mod.status(wiki), effective))
     for name in ws.composition_names() if compositions else ():
         try:
             shown_comps.append(ws.composition(name, level))
-        except AccessDenied:
+        except NotFound:  # above the clearance, or unreadable (its level unknown): counted, never named
             hidden += 1
         except WikiragError as exc:
             problems.append(str(exc))
@@ -100,7 +104,7 @@ def _visible_wiki(ws: Workspace, name: str, clearance: Level | str, user: str | 
         wiki = ws.wiki(name)
     except WikiragError:
         wiki = None
-    if wiki is None or wiki.level > Level.parse(clearance):
+    if wiki is None or ws.level_of(name) > Level.parse(clearance):
         log.warning("refused wiki %r to %s (clearance %s)", name, user, clearance)
         audit.record(ws.home, "page_refused", user=user, clearance=clearance, wiki=name, reason="no such wiki to see")
         raise NotFound(f"no wiki '{name}' that you may see")

@@ -1,7 +1,20 @@
 """Load a YAML file into a typed model, with errors that name the file, the line, the key and the fix.
 
-Used for wiki manifests (``.wiki.yaml``) and compositions (``rags/*.yaml``). Models derive from
-:class:`StrictModel`, which rejects unknown keys; each field's ``description`` is shown as the fix.
+Used for every YAML file wikirag reads: wiki manifests (``.wiki.yaml``), compositions (``rags/*.yaml``),
+``users.yaml`` and ``access.yaml``. Models derive from :class:`StrictModel`, which rejects unknown keys;
+each field's ``description`` is shown as the fix.
+
+These files may come from anyone who can write to a workspace, so reading one is bounded before any
+work is done on it:
+
+* a file larger than :data:`MAX_YAML_BYTES` (1 MB; real ones are a few hundred bytes) is refused
+  before it is parsed, and never more than that is read;
+* YAML anchors and aliases (``&name`` / ``*name``) are refused while the document is composed. They
+  are how a few hundred bytes expand to billions of nodes ("billion laughs"), and no wikirag file
+  needs them, so refusing them outright is simpler and safer than bounding what they expand to;
+* nesting deeper than :data:`MAX_YAML_DEPTH` levels is refused (the parser recurses per level).
+
+Each refusal is the caller's :class:`~wikirag.errors.ConfigError` subclass, naming the file and line.
 """
 
 from __future__ import annotations
@@ -17,6 +30,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .errors import ConfigError
 
 CACHE_ENV = "WIKIRAG_CACHE"
+MAX_YAML_BYTES = 2**20
+"""The largest YAML file wikirag reads (1 MB); checked before it is read."""
+MAX_YAML_DEPTH = 50
+"""The deepest nesting of mappings and lists allowed in a YAML file (wikirag's files use three or four)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,6 +42,64 @@ class StrictModel(BaseModel):
     """A pydantic model that forbids unknown keys and cannot be mutated after loading."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors, aliases and deep nesting as it composes the node tree.
+
+    A refusal raises the caller's error class at once (it is not a ``YAMLError``, so it passes through
+    PyYAML untouched), before anything is expanded or constructed.
+    """
+
+    def __init__(self, text: str, path: Path, error: type[ConfigError]) -> None:
+        super().__init__(text)
+        self._path = path
+        self._error = error
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        """Compose the next node, unless it is an alias, carries an anchor or is nested too deep."""
+        event = self.peek_event()
+        where = f"{self._path}:{event.start_mark.line + 1}"
+        if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
+            kind, sigil = ("alias", "*") if isinstance(event, yaml.AliasEvent) else ("anchor", "&")
+            raise self._error(f"{where}: YAML {kind} '{sigil}{event.anchor}' is not allowed: "
+                              "remove the anchor/alias (&name / *name): wikirag files do not use them")
+        if self._depth >= MAX_YAML_DEPTH:
+            raise self._error(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep: "
+                              "flatten it (wikirag files need only a few levels)")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Construct ``node``; a value Python refuses (e.g. an integer of over 4300 digits) names its line."""
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as exc:
+            raise self._error(f"{self._path}:{node.start_mark.line + 1}: invalid value ({exc}): "
+                              "fix the value at that line") from None
+
+
+def _read_text(path: Path, error: type[ConfigError], missing_hint: str) -> str:
+    """The text of ``path``, refused before it is read if it is larger than :data:`MAX_YAML_BYTES`."""
+    limit = f"the limit of {MAX_YAML_BYTES // 2**20} MB for a wikirag YAML file"
+    fix = "check it is the right file and shorten it"
+    try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise error(f"{path}: too large ({size:,} bytes, over {limit}): {fix}")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)  # never more, even if the file grows or lies about its size
+        if len(raw) > MAX_YAML_BYTES:
+            raise error(f"{path}: too large (over {limit}): {fix}")
+        return raw.decode("utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: file not found. {missing_hint}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read it ({exc}). Save it as UTF-8 text.") from None
 
 
 def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
@@ -77,16 +152,16 @@ def _describe(error: dict, model: type[BaseModel], where: str, lines: dict[tuple
 
 
 def read_yaml(path: Path, error: type[ConfigError], missing_hint: str) -> tuple[Any, dict]:
-    """Parse ``path``; return the data and a map of key path -> line. Raise ``error`` on failure."""
+    """Parse ``path``; return the data and a map of key path -> line. Raise ``error`` on failure.
+
+    The file is parsed once (composed, then constructed from the same node tree), with the bounds in
+    the module docstring: over 1 MB, anchors/aliases and deep nesting are refused with ``error``.
+    """
+    text = _read_text(path, error, missing_hint)
+    loader = _StrictLoader(text, path, error)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: file not found. {missing_hint}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: cannot read it ({exc}). Save it as UTF-8 text.") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -94,9 +169,24 @@ def read_yaml(path: Path, error: type[ConfigError], missing_hint: str) -> tuple[
         raise error(f"{path}{line}: invalid YAML: {problem}. Fix the syntax at that line.") from None
     except yaml.YAMLError as exc:
         raise error(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise error(f"{path}:1: expected a mapping of keys (like 'name: …'), found {type(data).__name__}")
     return data, _key_lines(node) if node is not None else {}
+
+
+def load_text(text: str, where: str) -> Any:
+    """Parse YAML ``text`` that is not a wikirag file (a page's frontmatter) with the same bounds:
+    anchors, aliases and deep nesting raise :class:`ConfigError`, as invalid YAML does."""
+    loader = _StrictLoader(text, Path(where), ConfigError)
+    try:
+        node = loader.get_single_node()
+        return loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
 
 
 def validate(model: type[M], data: dict, path: Path, lines: dict[tuple, int], error: type[ConfigError]) -> M:

@@ -7,6 +7,12 @@ one) and the passages into a new build that :func:`wikirag.store.publish` makes 
 ``manifest.json`` records the format version, the wikirag and bm25s versions, the tokenizer, BM25 and
 chunking settings and every source file's sha256, size, mtime and chunk count: :func:`status` compares
 them with the sources as they are now.
+
+The work per file is bounded before anything is parsed: a file over ``chunking.max_file_mb`` is not
+read, and a file with more than :data:`wikirag.chunking.MAX_BLOCKS` lines that may start a markdown block
+(:func:`wikirag.chunking.count_blocks`, e.g. a page of a million headings) is not parsed; both are
+skipped with a reason that says to split them. A build never trusts the serving build it starts from: a
+tampered, foreign or higher-level one (:mod:`wikirag.store`) is rebuilt from the sources and swept.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import bm25s
 from . import __version__, store
 from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
-from .chunking import ENCODING_NAME, chunk_markdown
+from .chunking import ENCODING_NAME, MAX_BLOCKS, chunk_markdown, count_blocks
 from .dense import build_layer, passage_text
 from .errors import BuildError, EmbeddingError, IndexMissing
 from .graph import PageLinks
@@ -52,7 +58,9 @@ class BuildReport:
 
 @dataclass(frozen=True)
 class IndexStatus:
-    """``state``: ``fresh``, ``stale`` (sources changed since the build), ``missing`` or ``incompatible``."""
+    """``state``: ``fresh``, ``stale`` (sources changed since the build), ``missing`` or ``incompatible``
+    (the serving build cannot be used: another format, damaged, tampered with, made for another wiki, or
+    indexed at a level above the wiki's level now; ``detail`` says which, and to rebuild)."""
 
     state: str
     detail: str = ""
@@ -88,11 +96,13 @@ def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk
     if build_id is None:
         return None, None, {}, {}
     try:
-        manifest = read_manifest(wiki, build_id)
-        chunks = store.read_chunks(wiki.index_dir / "builds" / build_id / "chunks.jsonl")
-        links, _ = graph_mod.load_pages(wiki.index_dir / "builds" / build_id)
+        manifest = read_manifest(wiki, build_id)  # checks the pointer, the wiki's name and the level too
+        folder = store.build_folder(wiki, build_id)
+        store.verify(wiki, folder, manifest)  # nothing of a damaged or tampered build is carried forward
+        chunks = store.read_chunks(folder / "chunks.jsonl")
+        links, _ = graph_mod.load_pages(folder)
     except (OSError, ValueError, TypeError, KeyError, IndexMissing):
-        return build_id, None, {}, {}  # damaged or foreign: rebuild everything
+        return build_id, None, {}, {}  # damaged, foreign or tampered with: rebuild everything
     by_path: dict[str, list[Chunk]] = {}
     for chunk in chunks:
         by_path.setdefault(chunk.path, []).append(chunk)
@@ -208,6 +218,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
                 + f". Add markdown pages or fix 'source:'/'include_tags:' in {wiki.manifest_path}"
             )
         if (prev is not None and prev_id is not None and not force and prev["settings"] == settings
+                and prev.get("sensitivity") == str(wiki.level)  # a raised level is recorded by a new build
                 and {p: r["sha256"] for p, r in prev["files"].items()}
                 == {p: r["sha256"] for p, r in got.records.items()}):
             return BuildReport(wiki.name, "up to date", files, len(chunks), 0, got.skipped,
@@ -223,12 +234,13 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             "chunks": len(chunks),
             "files": got.records,
         }
-        previous = [wiki.index_dir / "builds" / prev_id / "dense"] if prev_id and prev is not None else []
+        previous = [store.build_folder(wiki, prev_id) / "dense"] if prev_id and prev is not None else []
         known = [s.path for s in found.skipped if s.reason == "meta file"]
         links = {p: v for p, v in got.links.items() if got.chunks.get(p)}
         build_id = store.publish(wiki, manifest, lambda folder: _write_build(
             wiki, folder, chunks, links, known, manifest, started, [*previous, *vector_sources], progress))
-        store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id else set()))
+        # the previous build stays for readers that have just read CURRENT, if it was a valid one
+        store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id and prev is not None else set()))
         return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
                            time.perf_counter() - started, build_id)
 
@@ -238,6 +250,9 @@ def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Ch
     text, reason = decode(data)
     if text is None:
         return reason, [], None
+    if count_blocks(text) > MAX_BLOCKS:  # the parse's work grows with the blocks: bound it before parsing
+        return (f"too many markdown blocks (more than {MAX_BLOCKS:,} headings, paragraphs, list items or other "
+                "block starts): split it into smaller pages"), [], None
     page = parse_page(text)
     if wiki.manifest.include_tags and not tag_matches(page.tags, wiki.manifest.include_tags):
         return "no matching tag (include_tags)", [], None
@@ -261,9 +276,9 @@ def status(wiki: Wiki) -> IndexStatus:
         return IndexStatus("missing", f"never built: run 'wikirag build {wiki.name}'",
                            dense="missing" if wiki.manifest.layers.dense else None)
     try:
-        manifest = read_manifest(wiki, build_id)
+        manifest = read_manifest(wiki, build_id)  # an invalid pointer, foreign build or higher level: refused
     except IndexMissing as exc:
-        return IndexStatus("incompatible", str(exc), build_id)
+        return IndexStatus("incompatible", str(exc), build_id if store.BUILD_ID_RE.fullmatch(build_id) else None)
     recorded: dict[str, dict] = manifest["files"]
     declared, built = wiki.manifest.layers.dense, manifest.get("dense")
     dense = None if declared is None else "missing" if not built else (

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from .config import load_text
+from .errors import ConfigError
 
 _FRONTMATTER_OPEN = re.compile(r"\ufeff?---[ \t]*(?:\r\n|\r|\n)")
 _FRONTMATTER_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n|$)", re.MULTILINE)
@@ -37,9 +38,9 @@ def parse_page(text: str) -> Page:
         closing = _FRONTMATTER_CLOSE.search(text, opening.end())
         if closing:
             body_start = closing.end()
-            try:
-                loaded = yaml.safe_load(text[opening.end():closing.start()])
-            except yaml.YAMLError:
+            try:  # bounded like every YAML wikirag reads: no anchors/aliases (alias bombs), no deep nesting
+                loaded = load_text(text[opening.end():closing.start()], "frontmatter")
+            except ConfigError:
                 loaded = None  # a broken frontmatter is still frontmatter: not indexed, no tags
             front = loaded if isinstance(loaded, dict) else {}
     tags: set[str] = set()

@@ -18,11 +18,11 @@ import numpy as np
 
 from . import audit, dense, embeddings, store
 from . import fusion as fusion_mod
-from .access import Level, require
+from .access import Level
 from .bm25 import tokenize
 from .cache import DEFAULT_CACHE, Composed, IndexCache
 from .composition import Composition
-from .errors import AccessDenied, CompositionError, EmbeddingError, IndexMissing, QueryError
+from .errors import AccessDenied, CompositionError, EmbeddingError, IndexMissing, NotFound, QueryError
 from .fusion import Candidates, Fused
 from .graph import ComposedGraph
 from .passage import Passage
@@ -32,6 +32,39 @@ from .workspace import Workspace
 MAX_K = 1000
 GRAPH_WINDOW = 100
 LAYERS = ("bm25", "dense", "graph")
+MAX_QUESTION_CHARS = 10_000
+_CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0)]) - {ord("\t"), ord("\n"), ord("\r")}
+
+
+def check_question(question: object) -> str:
+    """``question`` if it is text a search can use, else a :class:`QueryError` saying what is wrong.
+
+    Refused: anything but a ``str``; a ``str`` over :data:`MAX_QUESTION_CHARS` characters; one that is
+    not encodable as UTF-8 (a lone surrogate, such as ``'\\udcff'``, which is how Python passes a byte
+    of a command line that is not UTF-8); and control characters (NUL, escape, C1, …) other than tab
+    and line breaks. Control characters are refused, not stripped: a question holding one was not
+    typed as meant, and silently searching for something else would hide that. Called first by
+    :func:`retrieve`, so :func:`search` and :func:`wikirag.answers.answer` both check.
+    """
+    if not isinstance(question, str):
+        fix = "decode it to str first" if isinstance(question, (bytes, bytearray)) else "pass the question as a str"
+        raise QueryError(f"the question is not valid text: it is {type(question).__name__}, not str; {fix}")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise QueryError(f"the question is too long: {len(question):,} characters, at most {MAX_QUESTION_CHARS:,}; "
+                         "shorten it to what you are looking for")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(question[exc.start])
+        origin = (f" (the byte 0x{code - 0xDC00:02x}, which is not UTF-8: is your terminal set to UTF-8?)"
+                  if 0xDC80 <= code <= 0xDCFF else "")
+        raise QueryError(f"the question is not valid text: character {exc.start + 1} is U+{code:04X}, a lone "
+                         f"surrogate{origin}; retype it") from None
+    bad = next((i for i, ch in enumerate(question) if ord(ch) in _CONTROL_CHARS), None)
+    if bad is not None:
+        raise QueryError(f"the question is not valid text: character {bad + 1} is the control character "
+                         f"U+{ord(question[bad]):04X}; retype it without it")
+    return question
 
 
 def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings: list[str],
@@ -81,14 +114,16 @@ def resolve(workspace: Workspace, composition: str | Path | Composition, clearan
     level = Level.parse(clearance)
     try:
         return workspace.composition(composition, level)
-    except (AccessDenied, CompositionError) as exc:
-        _refused(workspace, user, level, composition, exc)
+    except (AccessDenied, CompositionError, NotFound) as exc:
+        if not isinstance(exc, NotFound) or hasattr(exc, "reason"):  # a plain NotFound is no refusal
+            _refused(workspace, user, level, composition, exc)
         raise
 
 
 def _refused(workspace: Workspace, user: str | None, level: Level, asked, exc: Exception) -> None:
+    """One audit record of a refusal, with its real cause (the caller's message may hide it)."""
     audit.record(workspace.home, "refused", user=user or audit.default_user(), clearance=level, asked=str(asked),
-                 reason=str(exc))
+                 reason=getattr(exc, "reason", None) or str(exc))
 
 
 def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,
@@ -99,8 +134,8 @@ def search(workspace: Workspace, composition: str | Path | Composition, question
     (``audit_event=None``: not recorded, for benchmarks).
 
     ``layers`` limits the layers used (``("bm25",)``, ``("dense",)``; default: every layer a wiki has).
-    Raises AccessDenied if the composition (or any of its wikis) is above the clearance,
-    CompositionError/NotFound for a bad composition, QueryError for a bad ``k``, fusion or layer, and
+    Raises NotFound if the composition does not exist or is above the clearance (the same message:
+    nothing above a clearance can be told from what does not exist), CompositionError for a bad one, QueryError for a bad ``k``, fusion or layer, and
     IndexMissing only when no wiki of the composition has an index (otherwise a warning). A dense layer
     that cannot be used (missing, model unavailable) is a warning: that wiki is searched with BM25.
     """
@@ -128,13 +163,16 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     """Search a composition already resolved by :func:`resolve` (no second lookup). Each wiki's level is
     checked against ``clearance`` once more before its index is touched (defence in depth)."""
     started = time.perf_counter() if started is None else started
+    question = check_question(question)
+    levels = workspace.levels()
     for wiki in comp.wikis:
-        if wiki.level > clearance:  # resolving checked the composition; a wiki above it is refused here
-            try:
-                require(clearance, wiki.level, f"wiki '{wiki.name}'")
-            except AccessDenied as exc:
-                _refused(workspace, user, clearance, comp.name, exc)
-                raise
+        level = levels.get(wiki.name, Level.RESTRICTED)
+        if level > clearance:  # resolving checked the composition; a wiki raised since then is refused here
+            refusal = NotFound(f"composition '{comp.name}' cannot be searched now: one of its wikis is not "
+                               "available to you (it was changed since the composition was loaded): ask again")
+            refusal.reason = f"wiki '{wiki.name}' is {level}, above clearance {clearance}"
+            _refused(workspace, user, clearance, comp.name, refusal)
+            raise refusal
     k = comp.k if k is None else k
     if not 1 <= k <= MAX_K:
         raise QueryError(f"k must be between 1 and {MAX_K}, not {k}")

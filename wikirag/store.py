@@ -15,6 +15,15 @@ leaves the previous index serving. The previous build is kept until the next one
 reader that has just read ``CURRENT`` never finds its folder gone. :func:`load` checks the format
 version and every checksum: a damaged or foreign index is refused, never used. What goes into a build
 is :mod:`wikirag.index`'s job.
+
+Nothing read from ``.index/`` is trusted as a path or a level. ``CURRENT`` must hold a plain build id in
+the format :func:`publish` makes (:data:`BUILD_ID_RE`, e.g. ``20260101T120000-a1b2c3``: no separator, no
+``..``), and ``builds/<id>`` must really be a folder of this wiki's own ``builds/`` (not a symlink leading
+elsewhere, every file in it inside it): :func:`build_folder`. A build's manifest must name this wiki
+(``"wiki"``) and must not record a level (``"sensitivity"``) above the wiki's level in ``.wiki.yaml``
+now (:func:`check_level`; a build recorded *below* it, after the level was raised, still serves: the
+current, higher level is what queries are checked against). Anything else is refused with
+:class:`IndexMissing` saying to rebuild; the next build replaces it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
@@ -32,14 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import graph as graph_mod
+from .access import Level
 from .bm25 import BM25Layer
 from .dense import DenseInfo
-from .errors import BuildError, IndexMissing
+from .errors import BuildError, IndexMissing, LevelError
 from .graph import LinkGraph
 from .passage import Chunk
 from .wiki import Wiki
 
 FORMAT_VERSION = 4
+BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
 # bumped by every build of this process, so in-process readers notice a swap at once
 build_generation = 0
 
@@ -71,16 +84,72 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def new_build_id() -> str:
+    """A new build's id: its UTC start time and 6 random hex digits, e.g. ``20260101T120000-a1b2c3``."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
 def current_build_id(wiki: Wiki) -> str | None:
-    """The id of the build that serves, or None if the wiki was never built."""
+    """What ``CURRENT`` holds (stripped), or None if the wiki was never built. Not checked: an empty or
+    tampered pointer is returned as it is; :func:`build_folder` checks it before it is used as a path."""
     try:
-        return (wiki.index_dir / "CURRENT").read_text(encoding="utf-8").strip() or None
+        return (wiki.index_dir / "CURRENT").read_text(encoding="utf-8", errors="replace").strip()
     except FileNotFoundError:
         return None
 
 
+def _damaged(wiki: Wiki, why: str) -> IndexMissing:
+    """The error for a damaged or tampered index, with the fix."""
+    return IndexMissing(f"the index of wiki '{wiki.name}' is damaged ({why}): "
+                        f"rebuild it with 'wikirag build {wiki.name}'")
+
+
+def build_folder(wiki: Wiki, build_id: str) -> Path:
+    """The folder of build ``build_id``, checked to be one of this wiki's own builds.
+
+    ``build_id`` (what ``CURRENT`` holds) must match :data:`BUILD_ID_RE`, and ``builds/<id>`` must resolve
+    to exactly ``<the wiki's .index>/builds/<id>``: a symlinked build (or ``builds/``) leading elsewhere is
+    refused. Raises :class:`IndexMissing` ("invalid pointer … rebuild it") otherwise. The folder need not
+    exist (a missing build is reported by the caller).
+    """
+    if not BUILD_ID_RE.fullmatch(build_id):
+        # the value is never shown unless it is a plain name: it may be a path into another wiki
+        shown = f"build {build_id} is missing or is not a build id" if _PLAIN_NAME.fullmatch(build_id) else (
+            "it is empty" if not build_id else "it does not hold a build id")
+        raise _damaged(wiki, f"invalid pointer .index/CURRENT: {shown}")
+    builds = wiki.index_dir / "builds"
+    folder = builds / build_id
+    inside = os.path.realpath(folder) == os.path.join(os.path.realpath(wiki.index_dir), "builds", build_id)
+    if not inside or builds.is_symlink() or folder.is_symlink():
+        raise _damaged(wiki, f"invalid pointer .index/CURRENT: build {build_id} is a link out of .index/builds")
+    return folder
+
+
+def check_level(manifest: dict, wiki: Wiki) -> None:
+    """Refuse (:class:`IndexMissing`) a build whose recorded level is above the wiki's level now.
+
+    A build indexed as ``confidential`` holds what the wiki held while it was confidential; after the
+    level is lowered in ``.wiki.yaml`` it must not be served at the lower level: rebuild it. A build
+    recorded below the current level (the level was raised) serves, checked against the current level.
+    """
+    recorded = manifest.get("sensitivity")
+    try:
+        built = Level.parse(recorded) if isinstance(recorded, str) else None
+    except LevelError:
+        built = None
+    if built is None:
+        raise _damaged(wiki, "its manifest records no valid level")
+    if built > wiki.level:
+        raise IndexMissing(
+            f"the index of wiki '{wiki.name}' was indexed as {built}, above the wiki's level {wiki.level} now: "
+            f"rebuild it with 'wikirag build {wiki.name}'"
+        )
+
+
 def read_manifest(wiki: Wiki, build_id: str) -> dict:
-    path = wiki.index_dir / "builds" / build_id / "manifest.json"
+    """The checked manifest of build ``build_id`` of ``wiki``: its pointer, format, checksum, wiki name and
+    level (:func:`build_folder`, :func:`check_level`); :class:`IndexMissing` with the fix otherwise."""
+    path = build_folder(wiki, build_id) / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -99,6 +168,12 @@ def read_manifest(wiki: Wiki, build_id: str) -> dict:
             f"the index of wiki '{wiki.name}' is damaged (manifest.json does not match its checksum): "
             f"rebuild it with 'wikirag build {wiki.name}'"
         )
+    if manifest.get("wiki") != wiki.name:  # the other wiki is not named: it may be above the caller
+        raise IndexMissing(
+            f"the index of wiki '{wiki.name}' is damaged or foreign (its build was made for another wiki): "
+            f"rebuild it with 'wikirag build {wiki.name}'"
+        )
+    check_level(manifest, wiki)
     return manifest
 
 
@@ -113,21 +188,31 @@ def read_chunks(path: Path) -> list[Chunk]:
         return [Chunk(**json.loads(line)) for line in fh]
 
 
+def verify(wiki: Wiki, folder: Path, manifest: dict) -> None:
+    """Check every file the manifest lists against its checksum; a name leading out of the build (``..``,
+    absolute, a symlink) or a file that differs makes the build damaged (:class:`IndexMissing`)."""
+    checksums = manifest.get("checksums")
+    if not isinstance(checksums, dict):
+        raise _damaged(wiki, "manifest.json lists no checksums")
+    real = os.path.realpath(folder)
+    for name, digest in checksums.items():
+        path = folder / name
+        if not os.path.realpath(path).startswith(real + os.sep) or path.is_symlink():
+            raise _damaged(wiki, f"{name} leads out of its build")
+        if sha256(path.read_bytes()) != digest:
+            raise _damaged(wiki, f"{name} does not match its checksum")
+
+
 def load(wiki: Wiki) -> LoadedIndex:
     """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none."""
     for attempt in range(3):  # a concurrent build may swap CURRENT between our reads: read again
         build_id = current_build_id(wiki)
         if build_id is None:
             raise IndexMissing(f"wiki '{wiki.name}' has no index yet: run 'wikirag build {wiki.name}'")
-        folder = wiki.index_dir / "builds" / build_id
+        folder = build_folder(wiki, build_id)
         try:
             manifest = read_manifest(wiki, build_id)
-            for name, digest in manifest["checksums"].items():
-                if sha256((folder / name).read_bytes()) != digest:
-                    raise IndexMissing(
-                        f"the index of wiki '{wiki.name}' is damaged ({name} does not match its "
-                        f"checksum): rebuild it with 'wikirag build {wiki.name}'"
-                    )
+            verify(wiki, folder, manifest)
             chunks = read_chunks(folder / "chunks.jsonl")
             return LoadedIndex(wiki.name, build_id, manifest, chunks, BM25Layer.load(folder / "bm25"), folder,
                                LinkGraph(*graph_mod.load_pages(folder), chunks))
@@ -182,10 +267,23 @@ def sweep(wiki: Wiki, keep: set[str]) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
     builds = wiki.index_dir / "builds"
-    if builds.is_dir():
+    if builds.is_dir() and not builds.is_symlink():
         for path in builds.iterdir():
-            if path.name not in keep:
+            if path.is_symlink() or not path.is_dir():  # not a build: a planted link or file
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            elif path.name not in keep:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _own_builds(wiki: Wiki) -> Path:
+    """``.index/builds/`` as a real folder of this wiki: a symlink (or file) planted there is removed first,
+    so a build never writes into (or sweeps) another wiki's builds. The caller holds the build lock."""
+    builds = wiki.index_dir / "builds"
+    if builds.is_symlink() or (builds.exists() and not builds.is_dir()):
+        builds.unlink()
+    builds.mkdir(exist_ok=True)
+    return builds
 
 
 def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
@@ -198,7 +296,7 @@ def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
     The caller holds :func:`build_lock`.
     """
     global build_generation
-    build_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+    build_id = new_build_id()
     tmp = wiki.index_dir / f"tmp-{build_id}"
     pointer = wiki.index_dir / f"CURRENT.{build_id}"
     try:
@@ -210,9 +308,9 @@ def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
         manifest["manifest_sha256"] = manifest_digest(manifest)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
         _fsync_tree(tmp)
-        (wiki.index_dir / "builds").mkdir(exist_ok=True)
-        os.rename(tmp, wiki.index_dir / "builds" / build_id)
-        _fsync_dir(wiki.index_dir / "builds")
+        builds = _own_builds(wiki)
+        os.rename(tmp, builds / build_id)
+        _fsync_dir(builds)
         pointer.write_text(build_id + "\n", encoding="utf-8")
         with open(pointer, "rb") as fh:
             os.fsync(fh.fileno())
@@ -242,7 +340,9 @@ def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
 def level_change(manifest: dict, wiki: Wiki) -> str | None:
     """``"old → new"`` when the wiki's level in ``.wiki.yaml`` differs from the one it was indexed under.
 
-    The level that applies is always the manifest's, read at query time; this only reports the change.
+    The level that applies is always the one in ``.wiki.yaml``, read at query time; this only reports the
+    change. A build recorded above that level is not served at all (:func:`check_level`), so a serving
+    build only ever reports a raised level.
     """
     built = manifest.get("sensitivity")
     return f"{built} → {wiki.level}" if built and built != str(wiki.level) else None

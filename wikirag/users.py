@@ -20,15 +20,19 @@ in demo mode (``WIKIRAG_DEMO=1``, which ``wikirag app --demo`` sets) and only wh
 file; a users file that contains a demo account's hash is refused outside demo mode. Without demo mode
 and without accounts, nobody can sign in: the app says how to add an account.
 
-Failed sign-ins are limited to 5 per user name and per browser session in 10 minutes
-(:class:`LoginThrottle`); sign-ins expire (the app's ``SESSION_HOURS``).
+Failed sign-ins are limited to 5 per user name and per browser session, and 50 per network address, in
+10 minutes (:class:`LoginThrottle`); a try is counted before its password is checked, so tries sent at
+once cannot get past the limit. Sign-ins expire (the app's ``SESSION_HOURS``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +49,11 @@ USERS_ENV = "WIKIRAG_USERS"
 ACCESS_ENV = "WIKIRAG_ACCESS"
 DEMO_ENV = "WIKIRAG_DEMO"
 DEMO_USERS = Path(__file__).with_name("demo_users.yaml")
-MAX_FAILURES = 5
+MAX_FAILURES = 5  # failed sign-ins per user name and per browser session in FAILURE_WINDOW
+MAX_ADDRESS_FAILURES = 50  # per network address (many people may share one: a proxy, an office)
 FAILURE_WINDOW = 600.0  # seconds
+MAX_TRACKED_KEYS = 10_000  # beyond this many keys, expired ones are forgotten
+MAX_PASSWORD_BYTES = 72  # bcrypt reads no more than this (bcrypt 5 raises beyond it)
 MIN_COOKIE_SECRET = 32
 
 
@@ -55,33 +62,54 @@ def demo_mode() -> bool:
 
 
 class LoginThrottle:
-    """At most ``MAX_FAILURES`` failed sign-ins per key (user name, browser session) per window."""
+    """At most ``limit`` sign-in tries that fail per key (user name, browser session) in ``window`` seconds,
+    and ``address_limit`` per network address (keys starting ``address:``; looser, as a proxy or an office
+    NAT puts many people behind one address).
 
-    def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW):
-        self.limit, self.window = limit, window
-        self._failures: dict[str, list[float]] = {}
+    Check and count are one step: :meth:`reserve` counts a try *before* the password is checked, under the
+    lock, so however many tries arrive at once, at most ``limit`` of them reach the password check. A try
+    that succeeds gives its reservation back (:meth:`succeeded`); one that fails keeps it, as the failure.
+    """
+
+    def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW,
+                 address_limit: int = MAX_ADDRESS_FAILURES, clock: Callable[[], float] = time.monotonic):
+        self.limit, self.window, self.address_limit, self.clock = limit, window, address_limit, clock
+        self._tries: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, *keys: str) -> None:
-        now = time.monotonic()
+    def _limit(self, key: str) -> int:
+        return self.address_limit if key.startswith("address:") else self.limit
+
+    def reserve(self, *keys: str) -> float:
+        """Count one try against every key, or raise :class:`AuthError` (counting nothing) if any key has
+        used up its limit. Returns the try's token, for :meth:`succeeded` or :meth:`release`."""
+        now = self.clock()
         with self._lock:
+            if len(self._tries) > MAX_TRACKED_KEYS:  # forget keys whose tries have all expired
+                self._tries = {k: v for k, v in self._tries.items() if v and now - v[-1] < self.window}
             for key in keys:
-                recent = [t for t in self._failures.get(key, []) if now - t < self.window]
-                self._failures[key] = recent
-                if len(recent) >= self.limit:
-                    wait = int(self.window - (now - recent[0])) + 1
+                recent = [t for t in self._tries.get(key, []) if now - t < self.window]
+                self._tries[key] = recent
+                if len(recent) >= self._limit(key):
+                    wait = max(1, math.ceil(self.window - (now - recent[0])))
                     raise AuthError(f"too many failed sign-ins: try again in {wait} s")
+            for key in keys:
+                self._tries[key].append(now)
+        return now
 
-    def failed(self, *keys: str) -> None:
-        now = time.monotonic()
+    def release(self, token: float, *keys: str) -> None:
+        """Give a try's reservation back (it neither failed nor succeeded, e.g. the users file is broken)."""
         with self._lock:
             for key in keys:
-                self._failures.setdefault(key, []).append(now)
+                with contextlib.suppress(ValueError):
+                    self._tries.get(key, []).remove(token)
 
-    def succeeded(self, *keys: str) -> None:
+    def succeeded(self, token: float, user_key: str, *keys: str) -> None:
+        """A try succeeded: the user name's failures are cleared; the other keys (the client's) only get
+        this try back, so signing in to an account of one's own does not reset a client's failures."""
         with self._lock:
-            for key in keys:
-                self._failures.pop(key, None)
+            self._tries.pop(user_key, None)
+        self.release(token, *keys)
 
 
 @dataclass(frozen=True)
@@ -136,6 +164,16 @@ class AccessFile(StrictModel):
 _DUMMY_HASH = b"$2b$12$aEdBmTZOcrgzt/3gaq1/nuIWAx7JPEL9N2n5BofqUkM0kNldqzy0S"
 
 
+def _password_bytes(password: str) -> bytes | None:
+    """The password as bcrypt takes it (UTF-8), or None if bcrypt cannot take it (over 72 bytes, or a
+    string that is not valid Unicode)."""
+    try:
+        secret = password.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    return secret if len(secret) <= MAX_PASSWORD_BYTES else None
+
+
 class UserStore:
     """The users file: verify passwords, add and remove accounts."""
 
@@ -170,18 +208,37 @@ class UserStore:
                                   "published: set real passwords with 'wikirag user add', or run in demo mode")
         return users
 
-    def authenticate(self, name: str, password: str, client: str | None = None) -> User:
-        """The user, if the password is right. Refused after too many failures for this name or client."""
+    def authenticate(self, name: str, password: str, client: str | None = None,
+                     address: str | None = None) -> User:
+        """The user, if the password is right; else :class:`AuthError`, with the same message whether or not
+        the account exists.
+
+        Refused without checking the password after too many failures for this name, this client (an
+        opaque key per browser session) or this network address (see :class:`LoginThrottle`): the try is
+        counted before the password is checked, so concurrent tries cannot exceed the limit. A password
+        longer than bcrypt's 72 bytes cannot be right: it fails (and counts) without a bcrypt call.
+        """
         name = name.strip().lower()
-        keys = [f"user:{name}"] + ([f"client:{client}"] if client else [])
-        self.throttle.check(*keys)
-        account = self.load().users.get(name)
-        digest = account.password.encode() if account else _DUMMY_HASH
-        ok = bcrypt.checkpw(password.encode("utf-8"), digest)
+        user_key = f"user:{name}"
+        others = ([f"client:{client}"] if client else []) + ([f"address:{address}"] if address else [])
+        keys = [user_key, *others]
+        token = self.throttle.reserve(*keys)
+        try:
+            account = self.load().users.get(name)
+        except BaseException:  # a broken users file is not the visitor's failed try
+            self.throttle.release(token, *keys)
+            raise
+        secret = _password_bytes(password)
+        ok = False
+        if secret is not None:
+            digest = account.password.encode() if account else _DUMMY_HASH
+            try:
+                ok = bcrypt.checkpw(secret, digest)
+            except ValueError:  # e.g. a malformed hash: a failed try like any other
+                ok = False
         if account is None or not ok:
-            self.throttle.failed(*keys)
-            raise AuthError("wrong user name or password")
-        self.throttle.succeeded(f"user:{name}")
+            raise AuthError("wrong user name or password")  # the try stays counted, as a failure
+        self.throttle.succeeded(token, user_key, *others)
         return User(name, account.clearance, account.can_build)
 
     def add(self, name: str, password: str, clearance: Level | str, can_build: bool = False) -> None:
@@ -189,6 +246,9 @@ class UserStore:
         check_slug(name, "user name")
         if len(password) < 8:
             raise AccountError("a password needs at least 8 characters: choose a longer one")
+        if _password_bytes(password) is None:
+            raise AccountError(f"a password can have at most {MAX_PASSWORD_BYTES} bytes in UTF-8, bcrypt's limit (a "
+                               "character outside ASCII takes 2 to 4): choose a shorter one")
         digest = bcrypt.hashpw(password.encode("utf-8"), bcrypt.gensalt()).decode()
         with self._lock:
             data = self.load().model_dump(mode="json")

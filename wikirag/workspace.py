@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 from . import composition as composition_mod
+from . import overlap
 from . import wiki as wiki_mod
 from .access import Level, require
 from .composition import Composition, CompositionSpec
-from .errors import CompositionError, ManifestError, NotFound, QueryError, WikiragError
+from .errors import AccessDenied, CompositionError, ManifestError, NotFound, QueryError, WikiragError
 from .wiki import MANIFEST_NAME, Wiki, check_slug
 
 HOME_ENV = "WIKIRAG_HOME"
@@ -38,6 +39,7 @@ class Workspace:
         self._wikis: dict[str, tuple[tuple[int, int, int], Wiki, str, int, float]] = {}
         self._comp_paths: dict[str, Path] = {}
         self._specs: dict[str, tuple[tuple[int, int, int], tuple]] = {}
+        self._levels: tuple[int, float, dict[str, Level]] | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -112,11 +114,32 @@ class Workspace:
         return wiki
 
     def level_of(self, name: str) -> Level:
-        """A wiki's level, or ``restricted`` when its manifest cannot be read (fail closed)."""
-        try:
-            return self.wiki(name).level
-        except WikiragError:
-            return Level.RESTRICTED
+        """A wiki's effective level: its manifest's, raised to the highest level of the wikis whose
+        sources overlap its own (:mod:`wikirag.overlap`); ``restricted`` when its manifest cannot be read
+        or it does not exist (fail closed). Every clearance check uses this level."""
+        return self.levels().get(name, Level.RESTRICTED)
+
+    def levels(self) -> dict[str, Level]:
+        """Every wiki's effective level (cached; recomputed when a manifest changes, see the module doc)."""
+        now = time.monotonic()
+        cached = self._levels
+        if cached is not None and cached[0] == wiki_mod.manifest_generation and now - cached[1] < self.recheck_seconds:
+            return cached[2]
+        levels = overlap.effective_levels(self.source_roots())
+        self._levels = (wiki_mod.manifest_generation, now, levels)
+        return levels
+
+    def source_roots(self) -> dict[str, overlap.Source]:
+        """Each wiki's source root, manifest level and excludes; a wiki whose manifest cannot be read: its
+        folder, ``restricted``."""
+        roots = {}
+        for name in self.wiki_names():
+            try:
+                wiki = self.wiki(name)
+                roots[name] = overlap.Source(wiki.source_spec().root, wiki.level, tuple(wiki.manifest.exclude))
+            except WikiragError:
+                roots[name] = overlap.Source((self.wikis_dir / name).resolve(), Level.RESTRICTED)
+        return roots
 
     # compositions -----------------------------------------------------------------------------
 
@@ -146,60 +169,106 @@ class Workspace:
         )
 
     def composition(self, ref: str | Path | Composition, clearance: Level | str | None = None) -> Composition:
-        """Load a composition by name or path, or refresh a loaded one.
+        """Load a composition by name or path, or refresh a loaded one; its wikis are looked up as their
+        manifests are now and checked against its ceiling.
 
-        Its wikis are looked up as their manifests are now and checked against its ceiling. With
-        ``clearance``, a composition above it raises AccessDenied before its wikis are looked up, so
-        the refusal reveals nothing about them.
+        With ``clearance``, a composition above it, one that does not exist and one whose file cannot be
+        read (its level is unknown: fail closed) all raise the same :class:`NotFound`, whose ``reason``
+        attribute keeps the real cause for the audit log; the problems of its wikis name only wikis the
+        caller may see (:meth:`_resolve`). A restricted caller, or none (an operator), gets full detail.
         """
-        if isinstance(ref, Composition):
-            name, path, spec, lines = ref.name, ref.path, ref.spec, {}
-        else:
-            path = self._comp_paths.get(str(ref)) or self.composition_path(ref)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                self._comp_paths.pop(str(ref), None)
-                raise NotFound(f"composition file {path} does not exist") from None
-            self._comp_paths[str(ref)] = path
-            key = (st.st_mtime_ns, st.st_size, st.st_ino)
-            cached = self._specs.get(str(path))
-            if cached is not None and cached[0] == key:
-                name, spec, lines = cached[1]
-            else:
-                name, spec, lines = composition_mod.parse(path)
-                with self._lock:
-                    self._specs[str(path)] = (key, (name, spec, lines))
-        if clearance is not None:
-            require(clearance, spec.sensitivity, f"composition '{name}'")
-        return self._resolve(name, path, spec, lines)
+        level = None if clearance is None else Level.parse(clearance)
+        try:
+            name, path, spec, lines = self._spec(ref)
+            if level is not None:
+                require(level, spec.sensitivity, f"composition '{name}'")
+        except (NotFound, AccessDenied, CompositionError) as exc:
+            if level is None or (level is Level.RESTRICTED and not isinstance(exc, AccessDenied)):
+                raise
+            raise self._unavailable(ref, level, exc) from None
+        return self._resolve(name, path, spec, lines, level)
 
-    def _resolve(self, name: str, path: Path | None, spec: CompositionSpec, lines: dict | None = None) -> Composition:
+    def _spec(self, ref: str | Path | Composition) -> tuple[str, Path | None, CompositionSpec, dict]:
+        """A composition's name, file, spec and key lines (parsed once per file version)."""
+        if isinstance(ref, Composition):
+            return ref.name, ref.path, ref.spec, {}
+        path = self._comp_paths.get(str(ref)) or self.composition_path(ref)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._comp_paths.pop(str(ref), None)
+            raise NotFound(f"composition file {path} does not exist") from None
+        self._comp_paths[str(ref)] = path
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        cached = self._specs.get(str(path))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        name, spec, lines = composition_mod.parse(path)
+        with self._lock:
+            self._specs[str(path)] = (key, (name, path, spec, lines))
+        return name, path, spec, lines
+
+    def _unavailable(self, ref, level: Level, cause: Exception) -> NotFound:
+        """The one answer to a caller about a composition they may not use, whatever the cause."""
+        if isinstance(ref, Composition) or (isinstance(ref, Path) or "/" in str(ref) or str(ref).endswith((".yaml", ".yml"))):
+            what = f"no composition file {ref.path if isinstance(ref, Composition) else ref} that you may use"
+        else:
+            what = f"no composition '{ref}' that you may use"
+        visible = []
+        for name in self.composition_names():
+            try:
+                if self._spec(name)[2].sensitivity <= level:
+                    visible.append(name)
+            except WikiragError:
+                continue
+        error = NotFound(f"{what} (it does not exist, or it is above your clearance): available to you: "
+                         f"{', '.join(visible) or 'none'}")
+        error.reason = str(cause)  # for the audit log only, never shown to the caller
+        return error
+
+    def _resolve(self, name: str, path: Path | None, spec: CompositionSpec, lines: dict | None = None,
+                 clearance: Level | None = None) -> Composition:
         """Look up the spec's wikis (their manifests as they are now) and check each is at or below the
-        composition's level; every problem is reported, each with the file and line that causes it."""
+        composition's level; every problem is reported, each with the file and line that causes it.
+
+        For a caller below ``restricted`` (``clearance``), a wiki above their clearance, a missing one and
+        one whose manifest cannot be read get the same "unknown wiki" message, listing only the wikis
+        they may see: nothing above a clearance can be told from what does not exist.
+        """
         problems: list[str] = []
         wikis: list[Wiki] = []
         ceiling = spec.sensitivity
+        levels = self.levels()
+        hide = clearance is not None and clearance < Level.RESTRICTED
 
         def at(i: int) -> str:
             where = str(path) if path else f"composition '{name}'"
             line = (lines or {}).get(("wikis", i))
             return f"{where}:{line}" if line else where
 
+        def unknown(i: int, wiki_name: str) -> str:
+            limit = min(ceiling, clearance) if clearance is not None else ceiling
+            visible = [w for w, lvl in levels.items() if lvl <= limit]
+            return f"{at(i)}: unknown wiki '{wiki_name}': available: {', '.join(visible) or 'none'}"
+
         for i, wiki_name in enumerate(spec.wikis):
+            level = levels.get(wiki_name, Level.RESTRICTED)
+            if hide and level > clearance:
+                problems.append(unknown(i, wiki_name))
+                continue
             try:
                 wiki = self.wiki(wiki_name)
             except NotFound:
-                visible = [w for w in self.wiki_names() if self.level_of(w) <= ceiling]
-                problems.append(f"{at(i)}: unknown wiki '{wiki_name}': available: {', '.join(visible) or 'none'}")
+                problems.append(unknown(i, wiki_name))
                 continue
             except ManifestError as exc:
                 problems.append(f"{at(i)}: wiki '{wiki_name}' cannot be loaded: {exc}")
                 continue
-            if wiki.manifest.sensitivity > ceiling:
+            if level > ceiling:
+                raised = f" (raised from {wiki.level}: its sources overlap a {level} wiki's)" if level > wiki.level else ""
                 problems.append(
-                    f"{at(i)}: wiki '{wiki_name}' is {wiki.level}, above the composition's sensitivity "
-                    f"{ceiling}: remove it or raise 'sensitivity' to {wiki.level}"
+                    f"{at(i)}: wiki '{wiki_name}' is {level}{raised}, above the composition's sensitivity "
+                    f"{ceiling}: remove it or raise 'sensitivity' to {level}"
                 )
                 continue
             wikis.append(wiki)
@@ -215,7 +284,7 @@ class Workspace:
             spec = CompositionSpec(sensitivity=level, wikis=wiki_names, k=k, fusion=fusion_name)
         except ValueError as exc:
             raise QueryError(f"cannot compose {wiki_names}: {exc}") from None
-        return self._resolve("ad-hoc", None, spec)
+        return self._resolve("ad-hoc", None, spec, None, level)
 
     def check(self) -> list[str]:
         """Validate every manifest and composition; return every problem found (empty: all good)."""

@@ -23,7 +23,8 @@ def app(ctx, port, address, demo):
     Runs 'streamlit run' on the app installed with the package (wikirag/webapp/router.py), in this
     process's place, from the workspace folder (so single sign-on reads the workspace's
     .streamlit/secrets.toml), with the settings of the repository's .streamlit/config.toml on the
-    command line: headless, no usage statistics, no file watcher, minimal toolbar.
+    command line: headless, no usage statistics, no file watcher, minimal toolbar, no error details
+    (tracebacks) and no page list in the browser.
 
     Example: wikirag app --demo   (then open http://127.0.0.1:8501 and sign in as demo-public)
     """
@@ -34,7 +35,8 @@ def app(ctx, port, address, demo):
     ws = workspace(ctx)
     command = [sys.executable, "-m", "streamlit", "run", str(ROUTER), "--server.port", str(port),
                "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
-               "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
+               "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
+               "--client.showErrorDetails", "none", "--client.showSidebarNavigation", "false"]
     click.echo(f"wikirag app on http://{address}:{port} (workspace {ws.home}); Ctrl-C stops it", err=True)
     env = {**os.environ, "WIKIRAG_HOME": str(ws.home)}
     if demo:

@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from .. import index as index_mod
-from .. import store
 from ..access import LEVEL_NAMES, Level
 from ..config import read_yaml
 from ..errors import ManifestError, NotFound, WikiragError
@@ -152,7 +151,7 @@ def list_(ctx, as_json, clearance):
     for info in found.wikis:
         m, state = info.wiki.manifest, info.status
         wikis.append({"name": info.name, "title": m.title, "description": m.description, "tags": m.tags,
-                      "sensitivity": str(info.wiki.level), "files": state.files, "chunks": state.chunks,
+                      "sensitivity": str(info.level), "files": state.files, "chunks": state.chunks,
                       "status": state.state, "built_at": state.built_at, "detail": state.detail,
                       "dense": state.dense, "graph": m.layers.graph is not None, "links": state.links,
                       "dangling_links": state.dangling, "level_changed": state.level_changed})
@@ -179,40 +178,21 @@ def list_(ctx, as_json, clearance):
 def check(ctx):
     """Validate every wiki manifest and composition; list every problem, exit 1 if any.
 
+    An operator's command: it names wikis and compositions of every level, in full detail. Wikis of
+    different levels whose sources overlap are problems (both are treated as the higher level).
     Indexes that are missing or stale, and links between pages that lead nowhere (dangling, checked
     against the serving builds), are noted on stderr but do not fail the check.
 
     Example: wikirag check && echo all good
     """
-    from ..graph import dangling_report
+    from .. import checks
 
-    ws = workspace(ctx)
-    problems = ws.check()
-    graphs = {}
-    for name in ws.wiki_names():
-        try:
-            wiki = ws.wiki(name)
-            state = index_mod.status(wiki)
-        except WikiragError:
-            continue
-        if state.state in ("fresh", "stale"):
-            try:
-                graphs[name] = store.load(wiki).graph
-            except WikiragError as exc:
-                click.echo(f"note: {exc}", err=True)
-        if state.state != "fresh":
-            click.echo(f"note: wiki '{name}' index is {state.state}: {state.detail}", err=True)
-        if state.level_changed:
-            click.echo(f"note: wiki '{name}' changed level since its build ({state.level_changed}): "
-                       f"run 'wikirag build {name}'", err=True)
-        if state.dense in ("missing", "other model"):
-            reason = "has none" if state.dense == "missing" else "was built with another model"
-            click.echo(f"note: wiki '{name}' declares a dense layer but its index {reason}: "
-                       f"run 'wikirag build {name}'", err=True)
-    for line in dangling_report(graphs, ws.wiki_names()):
+    report = checks.run(workspace(ctx))
+    click.echo(f"({checks.OPERATOR_NOTE})", err=True)
+    for line in report.notes:
         click.echo(f"note: {line}", err=True)
-    if problems:
-        for problem in problems:
+    if report.problems:
+        for problem in report.problems:
             click.echo(problem, err=True)
-        raise click.ClickException(f"{len(problems)} problem(s) found")
-    click.echo(f"ok: {len(ws.wiki_names())} wikis, {len(ws.composition_names())} compositions")
+        raise click.ClickException(f"{len(report.problems)} problem(s) found")
+    click.echo(f"ok: {report.wikis} wikis, {report.compositions} compositions")

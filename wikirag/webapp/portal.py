@@ -83,7 +83,7 @@ def show_wiki(name: str) -> None:
     st.page_link(ui.PORTAL, label="Knowledge base", icon=":material/arrow_back:")
     st.title(info.wiki.manifest.title)
     st.markdown(info.wiki.manifest.description)
-    st.caption(f"{info.wiki.level} · tags: {', '.join(info.wiki.manifest.tags) or '–'} · "
+    st.caption(f"{info.level} · tags: {', '.join(info.wiki.manifest.tags) or '–'} · "
                f"{STATE_ICON.get(info.status.state, info.status.state)}")
     for path in pages:
         st.page_link(ui.PORTAL, label=path, icon=":material/description:",
@@ -96,7 +96,7 @@ def show_overview() -> None:
     st.subheader("Wikis")
     st.dataframe(
         [{"wiki": w.name, "title": w.wiki.manifest.title, "description": w.wiki.manifest.description,
-          "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.wiki.level), "files": w.status.files,
+          "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.level), "files": w.status.files,
           "chunks": w.status.chunks, "last build": w.status.built_at or "–",
           "index": STATE_ICON.get(w.status.state, w.status.state),
           "dense": w.status.dense or "–"} for w in wikis],

@@ -3,6 +3,15 @@
 ``wikirag app`` runs this file (``streamlit run .../wikirag/webapp/router.py``); in a checkout,
 ``streamlit run app.py`` does the same through :func:`main`. The pages are the package's page scripts,
 registered by absolute path (see :mod:`wikirag.webapp`).
+
+Before sign-in a visitor gets the sign-in page and nothing else, whatever the URL: the sign-in page is
+registered at ``/`` and also at each of the app's page URLs (``/chat``, ``/compare``, ``/portal``,
+``/signin``), so ``/portal?wiki=…`` shows the sign-in form there (and, once signed in, the same URL serves
+the portal page; ``/signin`` then goes to ``/``). Any other URL gets the sign-in page too, with Streamlit's
+generic "page not found" notice (as it would signed in). Streamlit's own page navigation is never shown
+(``position="hidden"``, and ``[client] showSidebarNavigation = false`` in the settings, which also hides
+the list of a checkout's ``pages/`` folder that Streamlit would otherwise send on a process's first run);
+signed-in users get the page links in the sidebar (:func:`wikirag.webapp.ui.sidebar`).
 """
 
 from __future__ import annotations
@@ -10,6 +19,12 @@ from __future__ import annotations
 import streamlit as st
 
 from wikirag.webapp import page_file, ui
+
+# the pages of a signed-in user: (page script, title, icon); the first is the default (URL /)
+APP_PAGES = (("chat", "Chat", ":material/chat:"), ("compare", "Compare", ":material/compare_arrows:"),
+             ("portal", "Knowledge base", ":material/menu_book:"))
+# where a signed-out visitor gets the sign-in form (without Streamlit's "page not found"): the app's URLs
+SIGNED_OUT_URLS = (*(name for name, _, _ in APP_PAGES), "signin")
 
 
 def main() -> None:
@@ -19,15 +34,21 @@ def main() -> None:
     ui.warm_up()  # loads the indexes in the background while the visitor signs in
     user = ui.current_user()
     if user is None:
-        page = st.navigation([st.Page(page_file("signin"), title="Sign in", icon=":material/login:")],
-                             position="hidden")
+        signin = page_file("signin")
+        # every page of the signed-out navigation is the sign-in page, titled so (the tab names no other page);
+        # the default one is served at / (its url_path only reserves a name, /welcome is "page not found")
+        page = st.navigation(
+            [st.Page(signin, title="Sign in", icon=":material/login:", default=True, url_path="welcome")]
+            + [st.Page(signin, title="Sign in", icon=":material/login:", url_path=name) for name in SIGNED_OUT_URLS],
+            position="hidden")
     else:
-        page = st.navigation([
-            st.Page(page_file("chat"), title="Chat", icon=":material/chat:", default=True),
-            st.Page(page_file("compare"), title="Compare", icon=":material/compare_arrows:"),
-            st.Page(ui.PORTAL, title="Knowledge base", icon=":material/menu_book:"),
-        ])
-        ui.sidebar(user)
+        pages = [st.Page(page_file(name), title=title, icon=icon, default=i == 0)
+                 for i, (name, title, icon) in enumerate(APP_PAGES)]
+        signed_in = st.Page(page_file("signin"), title="Sign in", url_path="signin", visibility="hidden")
+        page = st.navigation([*pages, signed_in], position="hidden")
+        if page.url_path == signed_in.url_path:  # signed in at /signin: go to the app
+            st.switch_page(pages[0])
+        ui.sidebar(user, pages)
     page.run()
 
 

@@ -10,6 +10,8 @@ import contextlib
 import re
 import threading
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -17,6 +19,9 @@ from wikirag.errors import AuthError, ConfigError
 from wikirag.users import User, UserStore, check_cookie_secret, sso_user
 from wikirag.webapp import page_file
 from wikirag.workspace import Workspace
+
+if TYPE_CHECKING:
+    from streamlit.navigation.page import StreamlitPage
 
 SESSION_HOURS = 8  # a sign-in lasts this long, then the user signs in again
 PORTAL = str(page_file("portal"))  # the knowledge-base page, as the router registers it (see wikirag.webapp)
@@ -116,9 +121,13 @@ def default_model() -> str:
     return os.environ.get(MODEL_ENV) or DEFAULT_MODEL
 
 
-def sidebar(user: User) -> None:
+def sidebar(user: User, pages: Sequence[StreamlitPage] = ()) -> None:
+    """Who is signed in, links to the app's pages (Streamlit's own navigation is hidden: see the router),
+    and the sign-out button."""
     with st.sidebar:
         st.markdown(f"Signed in as **{user.name}**  \nclearance: `{user.clearance}`")
+        for page in pages:
+            st.page_link(page)
         st.button("Sign out", icon=":material/logout:", on_click=sign_out)
 
 
