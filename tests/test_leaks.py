@@ -34,7 +34,7 @@ MARKERS = {Level.INTERNAL: "BETA-INTERNAL-MARK", Level.CONFIDENTIAL: "GAMMA-CONF
            Level.RESTRICTED: "DELTA-RESTRICTED-MARK"}
 QUESTIONS = ["deploys keys compost board", "beta internal mark gamma confidential delta restricted",
              "marker vault chair rotation"]
-COMPOSITIONS = ["open", "team", "secret", "top", "sneaky", "ceiling", "outside"]
+COMPOSITIONS = ["open", "team", "secret", "top", "sneaky", "ceiling", "outside", "sec2", "hand", "mirror", "nosuch"]
 TRAVERSALS = ["../gamma/keys.md", "..%2Fgamma%2Fkeys.md", "%2e%2e/gamma/keys.md", "/etc/passwd",
               "keys.md", "minutes.md", "../../wikis/delta/minutes.md", "secret-link.md"]
 
@@ -83,9 +83,24 @@ def leak_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                ("delta", "minutes.md", "DELTA-RESTRICTED-MARK")):
         with (home / "wikis" / wiki / page).open("a") as fh:
             fh.write(f"\nSee the tomatoes page, [[alpha:tomatoes|{marker}-LINK]], and [[compost|{marker}-LINK]].\n")
+    # the red-team's files (issue 17): broken restricted manifests with the marker in their text, a
+    # confidential composition naming a missing wiki, a public one naming a wiki above, a broken and a
+    # missing one, and a public wiki whose source is a confidential wiki's folder
+    (home / "wikis" / "omega").mkdir()
+    (home / "wikis" / "omega" / ".wiki.yaml").write_text(
+        'name: omega\ntitle: O\nsensitivity: "restricted: DELTA-RESTRICTED-MARK layoffs list"\n')
+    (home / "wikis" / "sigma").mkdir()
+    (home / "wikis" / "sigma" / ".wiki.yaml").write_text(
+        "name: sigma\ntitle: S\nsensitivity: restricted\nDELTA-RESTRICTED-MARK-KEY: 1\n")
+    (rags / "sec2.yaml").write_text("description: GAMMA-CONFIDENTIAL-MARK plans\nsensitivity: confidential\n"
+                                    "wikis: [gamma, typo-wiki]\n")
+    (rags / "hand.yaml").write_text("sensitivity: public\nwikis: [alpha, gamma, omega, sigma, missing-one]\n")
+    make_wiki(home, "mirror", {}, extra="source: ../gamma\n")
+    (rags / "mirror.yaml").write_text("sensitivity: public\nwikis: [mirror]\n")
     ws = Workspace(home)
     for name in ws.wiki_names():
-        build(ws.wiki(name))
+        if name not in ("omega", "sigma"):
+            build(ws.wiki(name))
     return home
 
 
@@ -98,7 +113,13 @@ def env(leak_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _library(ws: Workspace, checker: Checker, level: Level) -> None:
-    visible = [w for w in ws.wiki_names() if ws.wiki(w).level <= level]
+    def loads(name: str) -> bool:
+        try:
+            return bool(ws.wiki(name))
+        except WikiragError:
+            return False
+
+    visible = [w for w in ws.wiki_names() if ws.level_of(w) <= level and loads(w)]
     targets = [*COMPOSITIONS, ws.adhoc(visible, level)]
     for target in targets:
         for question in QUESTIONS:
@@ -173,6 +194,8 @@ def _app(checker: Checker, level: Level, home: Path) -> None:
         compare.button[0].click().run()
     checker.check(_app_text(compare), level, "app compare")
     checker.check(_app_text(run("pages/portal.py")), level, "app portal")
+    for wiki in ["omega", "sigma", "mirror"]:  # broken manifests and an overlapping source: the wiki view only
+        checker.check(_app_text(run("pages/portal.py", wiki=wiki)), level, f"app portal ?wiki={wiki}")
     for wiki in ["alpha", "beta", "gamma", "delta", "epsilon", "../wikis/gamma"]:
         checker.check(_app_text(run("pages/portal.py", wiki=wiki)), level, f"app portal ?wiki={wiki}")
         for path in ["tomatoes.md", "deploys.md", *TRAVERSALS]:

@@ -27,7 +27,7 @@ from .fusion import Candidates, Fused
 from .graph import ComposedGraph
 from .passage import Passage
 from .store import LoadedIndex
-from .workspace import Workspace
+from .workspace import Workspace, audit_reason
 
 MAX_K = 1000
 GRAPH_WINDOW = 100
@@ -123,7 +123,7 @@ def resolve(workspace: Workspace, composition: str | Path | Composition, clearan
 def _refused(workspace: Workspace, user: str | None, level: Level, asked, exc: Exception) -> None:
     """One audit record of a refusal, with its real cause (the caller's message may hide it)."""
     audit.record(workspace.home, "refused", user=user or audit.default_user(), clearance=level, asked=str(asked),
-                 reason=getattr(exc, "reason", None) or str(exc))
+                 reason=audit_reason(exc))
 
 
 def search(workspace: Workspace, composition: str | Path | Composition, question: str, *,

@@ -23,7 +23,7 @@ from . import overlap
 from . import wiki as wiki_mod
 from .access import Level, require
 from .composition import Composition, CompositionSpec
-from .errors import AccessDenied, CompositionError, ManifestError, NotFound, QueryError, WikiragError
+from .errors import AccessDenied, CompositionError, ConfigError, ManifestError, NotFound, QueryError, WikiragError
 from .wiki import MANIFEST_NAME, Wiki, check_slug
 
 HOME_ENV = "WIKIRAG_HOME"
@@ -223,7 +223,7 @@ class Workspace:
                 continue
         error = NotFound(f"{what} (it does not exist, or it is above your clearance): available to you: "
                          f"{', '.join(visible) or 'none'}")
-        error.reason = str(cause)  # for the audit log only, never shown to the caller
+        error.reason = audit_reason(cause)  # for the audit log only, never shown to the caller
         return error
 
     def _resolve(self, name: str, path: Path | None, spec: CompositionSpec, lines: dict | None = None,
@@ -300,3 +300,12 @@ class Workspace:
             except WikiragError as exc:
                 problems.append(str(exc))
         return problems
+
+
+def audit_reason(exc: Exception) -> str:
+    """Why a request was refused, for the audit log: names and levels, never a file's text (a broken
+    manifest's error quotes it, so a composition or manifest error is summarised)."""
+    if isinstance(exc, ConfigError):
+        problems = str(exc).count("\n") + 1
+        return f"{type(exc).__name__}: {problems} problem(s) (details: wikirag check)"
+    return getattr(exc, "reason", None) or str(exc)
