@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -91,3 +96,28 @@ def local_model(_local_model_state, monkeypatch: pytest.MonkeyPatch):
     cache, server = _local_model_state
     monkeypatch.setenv("WIKIRAG_CACHE", str(cache))
     return server
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MEMORY_PROBE = textwrap.dedent("""
+    import json, sys, time
+    from wikirag import Workspace, build
+    started = time.perf_counter()
+    report = build(Workspace(sys.argv[1]).wiki(sys.argv[2]))
+    peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+    print(json.dumps({"peak_mb": peak / 1024, "seconds": time.perf_counter() - started, "files": report.files,
+                      "chunks": report.chunks, "skipped": [[s.path, s.reason] for s in report.skipped]}))
+""")
+
+
+def build_probe(home: Path, wiki: str) -> dict:
+    """Build ``wiki`` in a fresh process; its time, peak memory (VmHWM) and report."""
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(home), wiki], capture_output=True, text=True,
+                         check=True, timeout=600)
+    return json.loads(out.stdout)

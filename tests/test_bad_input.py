@@ -3,12 +3,10 @@ specific error or is handled, and the table says which."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from wikirag import CompositionError, ManifestError, Workspace, build, search, s
 from wikirag.errors import QueryError
 from wikirag.retrieval import check_question
 
-from .conftest import make_wiki
+from .conftest import build_probe, make_wiki
 
 CORPUS = Path(__file__).parent / "fixtures" / "bad-input"
 
@@ -90,21 +88,9 @@ def test_very_long_lines_are_cut_into_bounded_passages(home: Path) -> None:
     assert all(text[c.start:c.end] == c.text for c in chunks)
 
 
-MEMORY_PROBE = textwrap.dedent("""
-    import json, sys, time
-    from wikirag import Workspace, build
-    started = time.perf_counter()
-    report = build(Workspace(sys.argv[1]).wiki(sys.argv[2]))
-    peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-    print(json.dumps({"peak_mb": peak / 1024, "seconds": time.perf_counter() - started, "files": report.files,
-                      "chunks": report.chunks, "skipped": [[s.path, s.reason] for s in report.skipped]}))
-""")
 
 
-def _probe(home: Path, wiki: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(home), wiki], capture_output=True, text=True,
-                         check=True, timeout=600)
-    return json.loads(out.stdout)
+
 
 
 def test_a_50_mb_page_is_skipped_with_bounded_memory_and_a_5_mb_one_is_indexed(home: Path) -> None:
@@ -114,14 +100,14 @@ def test_a_50_mb_page_is_skipped_with_bounded_memory_and_a_5_mb_one_is_indexed(h
         fh.write("# Huge\n\n")
         while fh.tell() < 50 * 2**20:
             fh.write(paragraph)
-    skipped = _probe(home, "huge")
+    skipped = build_probe(home, "huge")
     assert skipped["skipped"] == [["huge.md", "too large (50.0 MB > 10 MB): split it, or raise chunking.max_file_mb"]]
     assert skipped["peak_mb"] < 400, skipped
     make_wiki(home, "big", {})
     with (home / "wikis" / "big" / "big.md").open("w") as fh:
         for i in range(5 * 2**20 // len(paragraph)):
             fh.write(f"## Section {i}\n\n" if i % 50 == 0 else paragraph)
-    indexed = _probe(home, "big")
+    indexed = build_probe(home, "big")
     assert indexed["files"] == 1 and indexed["chunks"] > 1000
     assert indexed["peak_mb"] < 1500, indexed
     print(f"\n50 MB page: skipped, peak {skipped['peak_mb']:.0f} MB; 5 MB page: {indexed['chunks']} chunks "

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from wikirag import Workspace, build
+
+from .conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -36,10 +37,6 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +55,7 @@ def app_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _serve(home: Path, how: str) -> Iterator[str]:
     """Start the app as users do, ``wikirag app`` (the package's router) or, in the checkout, ``streamlit run
     app.py`` (its .streamlit/config.toml applies there); yield its URL once it answers."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "WIKIRAG_HOME": str(home), "WIKIRAG_CACHE": str(home / "cache"), "WIKIRAG_DEMO": "1"}
     env.pop("WIKIRAG_USERS", None)
     if how == "wikirag app":

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +22,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from .conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 APP_FILES = {f"wikirag/webapp/{name}.py" for name in ("__init__", "router", "ui", "signin", "chat", "compare",
@@ -57,10 +58,6 @@ def _inside(path: str | Path, folder: Path) -> bool:
     return Path(path).resolve().is_relative_to(folder.resolve())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +132,7 @@ def test_the_installed_app_runs_its_pages(venv: Path, outside: tuple[Path, dict[
 
 def test_wikirag_app_serves_from_any_folder(venv: Path, outside: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     folder, env = outside
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "app.log"
     with log.open("wb") as out:
         server = subprocess.Popen([str(venv / "bin" / "wikirag"), "app", "--port", str(port)], cwd=folder, env=env,

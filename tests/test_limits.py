@@ -8,10 +8,6 @@ the bound it is skipped in 0.4 s at a peak of 113 MB (the whole process, imports
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,27 +15,13 @@ import pytest
 from wikirag import Workspace, build, store
 from wikirag.chunking import MAX_BLOCKS, count_blocks
 
-from .conftest import make_wiki
+from .conftest import build_probe, make_wiki
 
-MEMORY_PROBE = textwrap.dedent("""
-    import json, sys, time
-    from wikirag import Workspace, build
-    started = time.perf_counter()
-    report = build(Workspace(sys.argv[1]).wiki(sys.argv[2]))
-    peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-    print(json.dumps({"peak_mb": peak / 1024, "seconds": time.perf_counter() - started, "files": report.files,
-                      "chunks": report.chunks, "skipped": [[s.path, s.reason] for s in report.skipped]}))
-""")
 REASON = (f"too many markdown blocks (more than {MAX_BLOCKS:,} headings, paragraphs, list items or other "
           "block starts): split it into smaller pages")
 SMALL = "# Small\n\nA normal page next to a pathological one, about compost heaps.\n"
 
 
-def _probe(home: Path, wiki: str) -> dict:
-    """Build ``wiki`` in a fresh process; its time, peak memory and report."""
-    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(home), wiki], capture_output=True, text=True,
-                         check=True, timeout=600)
-    return json.loads(out.stdout)
 
 
 def _write_until(path: Path, size: int, line: str | None = None, numbered: str | None = None) -> None:
@@ -76,7 +58,7 @@ def test_count_blocks_stops_at_the_bound() -> None:
 def test_a_page_of_a_million_headings_is_skipped_quickly_with_bounded_memory(home: Path) -> None:
     make_wiki(home, "heads", {"small.md": SMALL})
     _write_until(home / "wikis" / "heads" / "heads.md", int(9.9 * 2**20), numbered="# h{:06d}\n")
-    got = _probe(home, "heads")
+    got = build_probe(home, "heads")
     assert got["skipped"] == [["heads.md", REASON]]
     assert got["files"] == 1 and got["chunks"] == 1  # the small page next to it is indexed
     assert got["seconds"] < 5 and got["peak_mb"] < 300, got  # was 33.6 s and 1,708 MB
@@ -112,7 +94,7 @@ def test_a_normal_5_mb_page_is_still_indexed(home: Path) -> None:
             fh.write(f"## Section {i}\n\n" if i % 50 == 0 else paragraph)
     text = (home / "wikis" / "big" / "big.md").read_text()
     assert count_blocks(text) < MAX_BLOCKS // 20
-    got = _probe(home, "big")
+    got = build_probe(home, "big")
     assert got["files"] == 1 and got["chunks"] > 1000 and not got["skipped"], got
     assert store.load(Workspace(home).wiki("big")).chunks
     print(f"\n5 MB page: {got['chunks']} chunks in {got['seconds']:.1f} s, peak {got['peak_mb']:.0f} MB")

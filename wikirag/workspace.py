@@ -151,7 +151,7 @@ class Workspace:
     def composition_path(self, ref: str | Path) -> Path:
         """A composition name (``rags/<name>.yaml``) or a path to a YAML file."""
         text = str(ref)
-        if isinstance(ref, Path) or "/" in text or os.sep in text or text.endswith((".yaml", ".yml")):
+        if _names_a_file(ref):
             path = Path(text).expanduser()
             if not path.is_file():
                 raise NotFound(f"composition file {path} does not exist")
@@ -210,7 +210,7 @@ class Workspace:
 
     def _unavailable(self, ref, level: Level, cause: Exception) -> NotFound:
         """The one answer to a caller about a composition they may not use, whatever the cause."""
-        if isinstance(ref, Composition) or (isinstance(ref, Path) or "/" in str(ref) or str(ref).endswith((".yaml", ".yml"))):
+        if isinstance(ref, Composition) or _names_a_file(ref):
             what = f"no composition file {ref.path if isinstance(ref, Composition) else ref} that you may use"
         else:
             what = f"no composition '{ref}' that you may use"
@@ -300,6 +300,12 @@ class Workspace:
             except WikiragError as exc:
                 problems.append(str(exc))
         return problems
+
+
+def _names_a_file(ref: str | Path) -> bool:
+    """True when a composition reference is a path to a YAML file, not a name in ``rags/``."""
+    text = str(ref)
+    return isinstance(ref, Path) or "/" in text or os.sep in text or text.endswith((".yaml", ".yml"))
 
 
 def audit_reason(exc: Exception) -> str:
