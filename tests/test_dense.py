@@ -1,7 +1,10 @@
-"""The dense layer with the real offline model and Qdrant's embedded engine."""
+"""The dense layer: with the real offline model end to end, and the store's exact in-process search against
+a brute-force reference, qdrant-client's local engine, ties, build swaps under concurrent queries and the
+Qdrant server mode."""
 
 from __future__ import annotations
 
+import gc
 import http.server
 import json
 import subprocess
@@ -9,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,8 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from wikirag import BuildError, Workspace, build, status
+from wikirag import dense as dense_mod
 from wikirag.cli import cli
-from wikirag.dense import store
+from wikirag.dense import VECTORS, DenseInfo, DenseStore, store, unit_rows
 from wikirag.errors import DenseMismatch
 from wikirag.retrieval import search
 from wikirag.store import load as load_index
@@ -116,7 +121,7 @@ def test_a_rate_limited_embedding_call_is_retried(home: Path, monkeypatch) -> No
 
 
 def test_a_query_vector_from_another_model_is_refused(dense_ws: Workspace) -> None:
-    search(dense_ws, "motoring", PARAPHRASE, clearance="public")  # loads the layer into Qdrant
+    search(dense_ws, "motoring", PARAPHRASE, clearance="public")  # loads the layer into the store
     with pytest.raises(DenseMismatch, match="built with all-MiniLM-L6-v2 .*384 dimensions.*text-embedding-3-small"):
         store().search("motoring", np.ones(1536, dtype=np.float32), "text-embedding-3-small", 5)
 
@@ -153,10 +158,263 @@ def test_a_build_while_another_process_holds_the_index_open(dense_ws: Workspace,
                 break
             time.sleep(0.05)
     """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # the reader has loaded the index (files and its own Qdrant) and is querying
+    time.sleep(3)  # the reader has loaded the index (files and its dense store) and is querying
     (home / "wikis/motoring/tyres.md").write_text("# Tyres\n\nCheck tyre pressure monthly, when the tyres are cold.\n")
     report = build(dense_ws.wiki("motoring"))
     assert report.state == "built"
     out, err = reader.communicate(timeout=90)
     assert reader.returncode == 0, err
     assert "saw the new build" in out
+
+
+# --- the store itself, on random vectors (no model) ---------------------------------------------------
+
+MODEL_ID = "test-model"
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _write_build(root: Path, build_id: str, vectors: np.ndarray) -> tuple[str, Path, DenseInfo]:
+    """A build's ``dense/`` folder holding ``vectors`` as build_layer saves them (unit rows)."""
+    folder = root / build_id / "dense"
+    folder.mkdir(parents=True)
+    np.save(folder / VECTORS, unit_rows(vectors))
+    return build_id, folder, DenseInfo("test", MODEL_ID, vectors.shape[1], None, len(vectors), 0, 0.0)
+
+
+def _reference(vectors: np.ndarray, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute force over every row: ``query`` (unit length) against ``vectors`` made unit, fully sorted by
+    (float32 score descending, id ascending); the scores returned are float64 cosines."""
+    unit = unit_rows(vectors)
+    order = np.lexsort((np.arange(len(unit)), -(unit @ query)))[:k]
+    v = vectors.astype(np.float64)
+    norms = np.linalg.norm(v, axis=1)
+    cosines = (v @ query.astype(np.float64)) / np.where(norms > 0, norms, 1.0) / np.linalg.norm(query)
+    return order, cosines[order]
+
+
+def test_exact_search_equals_a_brute_force_reference(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    vectors = _unit(rng, 3000, 48)
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", vectors))
+    for query in _unit(rng, 25, 48):  # unit length, as the embedders return them
+        for k in (1, 10, 100, 3000, 5000):
+            ids, scores = dense.search("w", query, MODEL_ID, k)
+            ref_ids, ref_scores = _reference(vectors, query, k)
+            assert ids.dtype == np.int64 and scores.dtype == np.float64
+            assert np.array_equal(ids, ref_ids)
+            np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
+        # a query of any length is normalised: the same hits, its cosines
+        longer_ids, longer_scores = dense.search("w", query * 7, MODEL_ID, 10)
+        assert np.array_equal(longer_ids, ids[:10])
+        np.testing.assert_allclose(longer_scores, scores[:10], rtol=0, atol=1e-6)
+    assert [len(dense.search("w", vectors[0], MODEL_ID, k)[0]) for k in (0, -1)] == [0, 0]
+
+
+def test_results_equal_qdrant_local_mode(tmp_path: Path) -> None:
+    qdrant_client = pytest.importorskip("qdrant_client")
+    rng = np.random.default_rng(11)
+    vectors = _unit(rng, 2000, 32)
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", vectors))
+    client = qdrant_client.QdrantClient(":memory:")
+    client.create_collection("w", vectors_config=qdrant_client.models.VectorParams(
+        size=32, distance=qdrant_client.models.Distance.COSINE))
+    client.upload_collection("w", vectors=vectors, ids=range(len(vectors)))
+    for query in _unit(rng, 30, 32):
+        for k in (10, 50):
+            points = client.query_points("w", query=query.tolist(), limit=k, with_payload=False).points
+            ids, scores = dense.search("w", query, MODEL_ID, k)
+            assert ids.tolist() == [p.id for p in points]  # same ids, same order
+            np.testing.assert_allclose(scores, [p.score for p in points], rtol=0, atol=1e-6)
+
+
+def test_equal_scores_rank_by_chunk_id_also_across_the_cut(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    vectors = _unit(rng, 500, 16) * np.float32(0.1)  # far from the query direction below...
+    direction = np.zeros(16, dtype=np.float32)
+    direction[0] = 1
+    tied = [417, 3, 250, 99, 12, 480, 7]  # ...but these rows point exactly along it: score 1, a 7-way tie
+    vectors[:, 0] = -np.abs(vectors[:, 0])
+    vectors[tied] = direction
+    vectors[200] = 0  # a zero row scores 0, as in Qdrant
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", vectors))
+    for k in (1, 3, 7, 9):
+        ids, scores = dense.search("w", direction * 3, MODEL_ID, k)
+        assert ids[:7].tolist() == sorted(tied)[:k]  # the tie cut by k keeps the lowest ids
+        assert np.all(scores[:min(k, 7)] == pytest.approx(1.0))
+    ids, scores = dense.search("w", direction, MODEL_ID, 500)
+    assert ids[:7].tolist() == sorted(tied) and sorted(ids.tolist()) == list(range(500))
+    assert scores[ids.tolist().index(200)] == 0.0
+    for _ in range(3):  # the same answer every time
+        assert np.array_equal(dense.search("w", direction, MODEL_ID, 5)[0], sorted(tied)[:5])
+
+
+def test_a_build_is_memory_mapped_and_an_unnormalised_file_is_normalised_once(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    vectors = _unit(rng, 300, 24)
+    dense = DenseStore()
+    dense.ensure("mapped", *_write_build(tmp_path, "20260101T000000-aaaaaa", vectors))
+    assert isinstance(dense._ready["mapped"].vectors.base, np.memmap)  # the file itself, not a copy
+    raw = vectors * rng.uniform(0.5, 4, size=(300, 1)).astype(np.float32)  # e.g. a file from an older build
+    raw[10] = np.nan
+    folder = tmp_path / "old" / "dense"
+    folder.mkdir(parents=True)
+    np.save(folder / VECTORS, raw)
+    dense.ensure("old", "20250101T000000-bbbbbb", folder, DenseInfo("test", MODEL_ID, 24, None, 300, 0, 0.0))
+    held = dense._ready["old"].vectors
+    assert not isinstance(held.base, np.memmap) and not held.flags.writeable
+    query = _unit(rng, 1, 24)[0]
+    ids, scores = dense.search("old", query, MODEL_ID, 300)
+    clean = raw.copy()
+    clean[10] = 0  # a non-finite row is a zero row
+    ref_ids, ref_scores = _reference(clean, query, 300)
+    assert np.array_equal(ids, ref_ids)
+    np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
+
+
+def test_unit_rows_keeps_unit_rows_exactly() -> None:
+    rng = np.random.default_rng(9)
+    vectors = _unit(rng, 50, 8)
+    assert unit_rows(vectors) is vectors
+    mixed = vectors.copy()
+    mixed[4] *= 3
+    mixed[6] = 0
+    fixed = unit_rows(mixed)
+    assert fixed is not mixed and np.array_equal(np.delete(fixed, 4, axis=0), np.delete(mixed, 4, axis=0))
+    np.testing.assert_allclose(fixed[4], vectors[4], atol=1e-6)
+
+
+def test_build_layer_stores_unit_rows(dense_ws: Workspace) -> None:
+    folder = load_index(dense_ws.wiki("motoring")).folder / "dense"
+    vectors = np.load(folder / VECTORS)
+    assert vectors.dtype == np.float32 and vectors.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
+
+
+def test_a_new_build_replaces_the_previous_one(tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    first, second, other = _unit(rng, 400, 16), _unit(rng, 600, 16), _unit(rng, 100, 16)
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", first))
+    dense.ensure("x", *_write_build(tmp_path, "20260101T000000-cccccc", other))
+    old = weakref.ref(dense._ready["w"].vectors)
+    dense.ensure("w", *_write_build(tmp_path, "20260102T000000-bbbbbb", second))
+    gc.collect()
+    assert old() is None  # the previous build's matrix is gone
+    assert dense._ready["w"].build_id == "20260102T000000-bbbbbb" and dense._ready["x"].vectors is not None
+    query = _unit(rng, 1, 16)[0]
+    assert np.array_equal(dense.search("w", query, MODEL_ID, 10)[0], _reference(second, query, 10)[0])
+    assert np.array_equal(dense.search("x", query, MODEL_ID, 10)[0], _reference(other, query, 10)[0])
+
+
+def test_searches_from_several_threads_while_new_builds_are_ensured(tmp_path: Path) -> None:
+    rng = np.random.default_rng(17)
+    builds = [_write_build(tmp_path, f"2026010{i}T000000-aaaaaa", _unit(rng, 2000 + 500 * i, 32))
+              for i in range(1, 5)]
+    queries = _unit(rng, 8, 32)
+    expected = {b[0]: [_reference(np.load(b[1] / VECTORS), q, 20) for q in queries] for b in builds}
+    dense = DenseStore()
+    dense.ensure("w", *builds[0])
+    stop, errors, seen = threading.Event(), [], set()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for i, q in enumerate(queries):
+                    ids, scores = dense.search("w", q, MODEL_ID, 20)
+                    # each answer is wholly one build's: never a mix of two
+                    match = [b for b, refs in expected.items() if np.array_equal(ids, refs[i][0])]
+                    assert len(match) == 1, "an answer matching no single build"
+                    np.testing.assert_allclose(scores, expected[match[0]][i][1], rtol=0, atol=1e-6)
+                    seen.add(match[0])
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for round_ in range(12):
+        time.sleep(0.02)
+        dense.ensure("w", *builds[(round_ + 1) % len(builds)])
+    time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors[0]
+    assert len(seen) >= 2  # the readers did see builds swap under them
+    assert list(dense._ready) == ["w"] and dense._ready["w"].build_id == builds[12 % len(builds)][0]
+
+
+def test_a_query_from_another_model_or_dimension_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(19)
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", _unit(rng, 10, 8)))
+    with pytest.raises(DenseMismatch, match="built with test-model .8 dimensions.*other-model .8 dimensions"):
+        dense.search("w", np.ones(8, dtype=np.float32), "other-model", 5)
+    with pytest.raises(DenseMismatch, match="built with test-model .8 dimensions.*test-model .16 dimensions"):
+        dense.search("w", np.ones(16, dtype=np.float32), MODEL_ID, 5)
+    with pytest.raises(ValueError, match="not finite"):
+        dense.search("w", np.full(8, np.nan, dtype=np.float32), MODEL_ID, 5)
+
+
+def test_an_empty_build_returns_no_hits(tmp_path: Path) -> None:
+    dense = DenseStore()
+    dense.ensure("w", *_write_build(tmp_path, "20260101T000000-aaaaaa", np.empty((0, 8), dtype=np.float32)))
+    ids, scores = dense.search("w", np.ones(8, dtype=np.float32), MODEL_ID, 5)
+    assert ids.dtype == np.int64 and len(ids) == len(scores) == 0
+
+
+def test_the_embedded_store_does_not_import_qdrant_client(tmp_path: Path) -> None:
+    folder = tmp_path / "dense"
+    folder.mkdir()
+    np.save(folder / VECTORS, np.eye(4, dtype=np.float32))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from wikirag.dense import DenseInfo, store
+        s = store()
+        s.ensure("w", "20260101T000000-aaaaaa", __import__("pathlib").Path({str(folder)!r}),
+                 DenseInfo("m", "m", 4, None, 4, 0, 0.0))
+        print(s.search("w", np.array([0, 0, 1, 0], dtype=np.float32), "m", 2)[0].tolist(),
+              "qdrant_client" in sys.modules)
+    """)], check=False, capture_output=True, text=True, env={"PATH": "", "QDRANT_URL": ""},
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[2,", "0]", "False"]
+
+
+def test_with_a_server_url_queries_go_through_qdrant_client(tmp_path: Path, monkeypatch) -> None:
+    qdrant_client = pytest.importorskip("qdrant_client")
+    real = qdrant_client.QdrantClient
+    made: list[dict] = []
+
+    def server(**kwargs):  # stands in for a server: qdrant-client's local engine, same API
+        made.append(kwargs)
+        return real(":memory:")
+
+    monkeypatch.setattr(qdrant_client, "QdrantClient", server)
+    monkeypatch.setenv("QDRANT_URL", "http://qdrant.example:6333")
+    monkeypatch.setenv("QDRANT_API_KEY", "secret")
+    monkeypatch.setattr(dense_mod, "_STORE", None)
+    served = store()
+    assert made == [{"url": "http://qdrant.example:6333", "api_key": "secret"}] and served.client is not None
+    rng = np.random.default_rng(23)
+    builds = [_write_build(tmp_path, f"2026010{i}T000000-aaaaaa", _unit(rng, 300, 16)) for i in range(1, 4)]
+    for b in builds:
+        assert served.ensure("w", *b) == f"wikirag__w__{b[0]}"
+    names = sorted(c.name for c in served.client.get_collections().collections)
+    assert names == [f"wikirag__w__{b[0]}" for b in builds[1:]]  # on a server the newest two are kept
+    query = _unit(rng, 1, 16)[0]
+    ids, scores = served.search("w", query, MODEL_ID, 10)
+    ref_ids, ref_scores = _reference(np.load(builds[2][1] / VECTORS), query, 10)
+    assert ids.dtype == np.int64 and np.array_equal(ids, ref_ids)
+    np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
+    with pytest.raises(DenseMismatch):
+        served.search("w", np.ones(8, dtype=np.float32), MODEL_ID, 10)
+    monkeypatch.setattr(dense_mod, "_STORE", None)  # the next test gets an embedded store again
