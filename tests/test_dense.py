@@ -305,12 +305,18 @@ def test_a_new_build_replaces_the_previous_one(tmp_path: Path) -> None:
     dense.ensure("x", *_write_build(tmp_path, "20260101T000000-cccccc", other))
     old = weakref.ref(dense._ready["w"].vectors)
     dense.ensure("w", *_write_build(tmp_path, "20260102T000000-bbbbbb", second))
-    gc.collect()
-    assert old() is None  # the previous build's matrix is gone
     assert dense._ready["w"].build_id == "20260102T000000-bbbbbb" and dense._ready["x"].vectors is not None
     query = _unit(rng, 1, 16)[0]
     assert np.array_equal(dense.search("w", query, MODEL_ID, 10)[0], _reference(second, query, 10)[0])
     assert np.array_equal(dense.search("x", query, MODEL_ID, 10)[0], _reference(other, query, 10)[0])
+    # a query that still holds the first build's passages gets the first build's hits, never the second's
+    assert np.array_equal(dense.search("w", query, MODEL_ID, 10, build_id="20260101T000000-aaaaaa")[0],
+                          _reference(first, query, 10)[0])
+    dense.ensure("w", *_write_build(tmp_path, "20260103T000000-dddddd", first))
+    gc.collect()
+    assert old() is None  # the build before the previous one is gone
+    with pytest.raises(KeyError, match="no longer served"):
+        dense.search("w", query, MODEL_ID, 10, build_id="20260101T000000-aaaaaa")
 
 
 def test_searches_from_several_threads_while_new_builds_are_ensured(tmp_path: Path) -> None:

@@ -191,6 +191,7 @@ class DenseStore:
 
             self.client = QdrantClient(url=url, api_key=api_key)
         self._ready: dict[str, _Loaded] = {}
+        self._previous: dict[str, _Loaded] = {}  # the build each wiki served before: a query may still be on it
         self._lock = threading.Lock()
 
     @staticmethod
@@ -208,8 +209,10 @@ class DenseStore:
             current = self._ready.get(wiki)
             if current is not None and current.build_id == build_id:
                 return name
+            if current is not None:
+                self._previous[wiki] = current
             if self.client is None:
-                # the previous build's matrix goes with the entry it replaces (searches under way keep it)
+                # the build before the previous one goes now (searches under way keep their reference)
                 self._ready[wiki] = _Loaded(build_id, name, info.model_id, info.dim,
                                             load_vectors(folder / VECTORS, info.dim))
             else:
@@ -238,10 +241,17 @@ class DenseStore:
             if name not in keep:
                 self.client.delete_collection(name)
 
-    def search(self, wiki: str, vector: np.ndarray, model_id: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, wiki: str, vector: np.ndarray, model_id: str, limit: int,
+               build_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Chunk ids and cosine scores of the ``limit`` nearest passages of ``wiki``'s loaded build, best
-        first (equal scores: lower chunk id first, embedded)."""
+        first (equal scores: lower chunk id first, embedded). With ``build_id``, of exactly that build — the
+        one whose passages the caller holds — even if another thread has since ensured a newer one (the
+        store keeps one previous build per wiki); :class:`KeyError` if it is neither."""
         loaded = self._ready[wiki]
+        if build_id is not None and loaded.build_id != build_id:
+            loaded = self._previous.get(wiki)
+            if loaded is None or loaded.build_id != build_id:
+                raise KeyError(f"build {build_id} of wiki '{wiki}' is no longer served: search again")
         if model_id != loaded.model_id or len(vector) != loaded.dim:
             raise DenseMismatch(
                 f"the dense layer of wiki '{wiki}' was built with {loaded.model_id} ({loaded.dim} dimensions); "
