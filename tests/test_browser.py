@@ -164,3 +164,34 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
         browser.close()
     assert (tmp_path / "answer.png").stat().st_size > 10_000
     assert first_render < 10, f"first page took {first_render:.1f} s"
+
+
+def test_a_rebuild_runs_in_the_background_with_progress(app_home: Path, app_url: str) -> None:
+    """A wiki big enough that its build outlasts the page's first look at it: the progress shows, then the
+    page refreshes itself to the result (wikirag.background, the portal's fragment)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    folder = app_home / "wikis" / "bulk"
+    folder.mkdir()
+    (folder / ".wiki.yaml").write_text("name: bulk\ntitle: Bulk\nsensitivity: public\n", encoding="utf-8")
+    for i in range(12000):
+        (folder / f"p{i:05d}.md").write_text(f"# Page {i}\n\nNotes on bed {i}: compost, mulch and {i % 97} seeds.\n",
+                                             encoding="utf-8")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(app_url)
+            page.get_by_role("textbox", name="User name").fill("demo-confidential")
+            page.get_by_role("textbox", name="Password").fill("demo-confidential-pw")
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("link", name="Knowledge base").click()
+            page.get_by_role("combobox", name="Wiki").click()
+            page.get_by_role("option", name="bulk").click()
+            page.get_by_role("button", name="Rebuild index").click()
+            expect(page.get_by_text("Building bulk")).to_be_visible(timeout=30_000)
+            expect(page.get_by_text("bulk: built — 12000 files")).to_be_visible(timeout=120_000)
+            assert "Traceback" not in page.inner_text("body")
+            browser.close()
+    finally:
+        shutil.rmtree(folder)  # the other tests' workspace stays the examples

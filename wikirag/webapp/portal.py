@@ -4,20 +4,28 @@
 highlighted. A wiki above your clearance, or a path that is not one of its pages, is refused (and
 logged by the library) with the same message as a page that does not exist.
 
+"Rebuild index" starts a build in a background process (:mod:`wikirag.background`) and returns; the page
+shows its progress, refreshing itself while it runs (also after leaving the page and coming back), then its
+result. Queries keep being answered from the previous index meanwhile.
+
 A Streamlit page script, not a module to import (importing it runs the page): the router registers
 it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``wikirag.webapp``).
 """
 
+import time
+
 import streamlit as st
 
-from wikirag import catalog
-from wikirag import index as index_mod
+from wikirag import background, catalog
 from wikirag.errors import NotFound, WikiragError
 from wikirag.webapp import ui
 
 user = ui.require_user()
 ws = ui.workspace()
 params = st.query_params
+REFRESH_SECONDS = 1.0  # how often the page refreshes while a background build runs
+WATCH_SECONDS = 3.0  # how long the page that starts a build watches it before leaving it to the refresh
+RECENT_SECONDS = 900  # a build that ended this long ago is no longer shown
 STATE_ICON = {"fresh": "🟢 fresh", "stale": "🟠 stale", "missing": "🔴 missing", "incompatible": "🔴 incompatible"}
 
 
@@ -116,27 +124,66 @@ def show_overview() -> None:
                   for c in catalog.visible_compositions(ws, user.clearance)], hide_index=True, width="stretch")
     if user.can_build:
         st.subheader("Rebuild")
-        name = st.selectbox("Wiki", [w.name for w in wikis])
+        names = [w.name for w in wikis]
+        name = st.selectbox("Wiki", names)
         if st.button("Rebuild index", icon=":material/refresh:") and name:
-            rebuild(name)
+            rebuild(name, names)
+        show_builds(names)
 
 
-def rebuild(name: str) -> None:
-    wiki = next(w.wiki for w in catalog.visible_wikis(ws, user.clearance) if w.name == name)
-    with st.status(f"Building {name}…", expanded=True) as status:
-        bar = st.progress(0.0, text="reading")
+def rebuild(name: str, visible: list[str]) -> None:
+    """Start a background build of a wiki this user may see; watch it briefly, so that a build with little
+    to do shows its result at once (the page stays interruptible: each update is a Streamlit call)."""
+    if name not in visible:
+        st.error("That wiki does not exist, or you may not see it.")
+        return
+    try:
+        job = background.start(ws, name)
+    except WikiragError as exc:
+        st.error(str(exc))
+        return
+    slot, deadline = st.empty(), time.monotonic() + WATCH_SECONDS
+    while not job.wait(0.2) and time.monotonic() < deadline:
+        with slot.container():
+            show_build(job)
+    slot.empty()  # show_builds shows it from here on
 
-        def progress(stage: str, done: int, total: int) -> None:
-            bar.progress(done / total if total else 1.0, text=f"{stage} {done}/{total}")
 
-        try:
-            report = index_mod.build(wiki, progress=progress)
-        except WikiragError as exc:
-            status.update(label=f"{name}: build failed", state="error")
-            st.error(str(exc))
-            return
-        status.update(label=f"{name}: {report.state} — {report.files} files, {report.chunks} chunks, "
-                            f"{report.seconds:.1f} s", state="complete")
+def show_builds(names: list[str]) -> None:
+    """The background builds of these wikis that run or ended lately, by whoever started them; refreshed
+    every REFRESH_SECONDS while one runs, so leaving the page and coming back shows a build in progress."""
+    running = any(job.running for job in recent_builds(names))
+
+    @st.fragment(run_every=REFRESH_SECONDS if running else None)
+    def panel() -> None:
+        jobs = recent_builds(names)
+        for job in jobs:
+            show_build(job)
+        if running and not any(job.running for job in jobs):
+            st.rerun()  # it ended: refresh the status table above, and stop refreshing
+
+    panel()
+
+
+def recent_builds(names: list[str]) -> list[background.Job]:
+    jobs = [background.job(ws, name) for name in names]
+    recent = [j for j in jobs if j is not None and (j.running or time.time() - (j.ended or 0) < RECENT_SECONDS)]
+    return sorted(recent, key=lambda j: j.started, reverse=True)
+
+
+def show_build(job: background.Job) -> None:
+    if job.running:
+        stage, done, total = job.progress
+        unit = {"reading": "files", "embedding": "passages"}.get(stage, "")
+        with st.status(f"Building {job.wiki}… ({job.elapsed:.0f} s)", state="running", expanded=True):
+            st.progress(min(done / total, 1.0) if total else 0.0,
+                        text=f"{stage} {done:,}/{total:,} {unit}" if total else f"{stage}…")
+    elif job.state == "failed":
+        with st.status(f"{job.wiki}: build failed", state="error", expanded=True):
+            st.error(job.error)
+    else:
+        st.status(f"{job.wiki}: {job.state} — {job.files} files, {job.chunks} chunks, {job.seconds:.1f} s "
+                  f"(ended {time.strftime('%H:%M:%S', time.localtime(job.ended))})", state="complete")
 
 
 if "wiki" in params and "path" in params:
