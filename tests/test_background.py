@@ -114,7 +114,8 @@ def test_searches_during_a_background_build_are_answered_from_the_previous_index
         started = time.perf_counter()
         result = search(ws, "big", "compost mulch tomato", clearance="public", k=10, audit_event=None)
         seconds.append(time.perf_counter() - started)
-        assert len(result.passages) == 10 and not result.warnings
+        # the previous index answers (and says the pages changed since it was built)
+        assert len(result.passages) == 10 and all("is stale" in w for w in result.warnings)
         searched += 1
         time.sleep(0.02)  # a busy app, not a loop that starves the (lower-priority) build of the CPU
     assert (job.state, job.error) == ("built", None) and job.files == 3000

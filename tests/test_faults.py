@@ -79,7 +79,7 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
 def test_a_damaged_index_is_never_served_and_the_next_build_recovers(two_wikis: Workspace, home: Path) -> None:
     wiki = two_wikis.wiki("alpha")
     folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
-    _damage(folder / "chunks.jsonl", "flip")
+    _damage(folder / "passages" / "text.bin", "flip")
     with pytest.raises(IndexMissing, match="damaged"):
         search(two_wikis, "open", "compost", clearance="public")
     (wiki.index_dir / "CURRENT").write_text("no-such-build\n")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from wikirag import BuildError, IndexMissing, Workspace, build, status, store
+from wikirag import BuildError, IndexMissing, Workspace, build, chunkfile, status, store
+from wikirag.bm25 import MergedBM25
 from wikirag.retrieval import search
 
 from .conftest import make_wiki
@@ -20,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _chunks_on_disk(ws: Workspace, name: str) -> list[dict]:
     wiki = ws.wiki(name)
     folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
-    return [json.loads(line) for line in (folder / "chunks.jsonl").read_text(encoding="utf-8").splitlines()]
+    return [asdict(c) for c in chunkfile.read(folder)]
 
 
 @pytest.mark.parametrize("home_dir", [REPO / "tests" / "fixtures" / "workspace", REPO])
@@ -88,7 +90,7 @@ def test_a_killed_build_leaves_debris_that_the_next_build_sweeps(ws: Workspace) 
     build(wiki)
     debris = wiki.index_dir / "tmp-20260101T000000-dead00"
     (debris / "bm25").mkdir(parents=True)
-    (debris / "chunks.jsonl").write_text("{half a line")
+    (debris / "files.json").write_text("{half a line")
     (wiki.index_dir / "CURRENT.20260101T000000-dead00").write_text("x")
     assert search(ws, "open", "compost", clearance="public").passages
     build(wiki, force=True)
@@ -170,7 +172,7 @@ def test_source_elsewhere_with_glob_tags_and_exclude_is_only_read(home: Path, tm
 def test_damaged_index_is_refused_with_the_fix(ws: Workspace) -> None:
     wiki = ws.wiki("alpha")
     build(wiki)
-    chunks = wiki.index_dir / "builds" / store.current_build_id(wiki) / "chunks.jsonl"
+    chunks = wiki.index_dir / "builds" / store.current_build_id(wiki) / "passages" / "text.bin"
     data = bytearray(chunks.read_bytes())
     data[10] ^= 0xFF
     chunks.write_bytes(bytes(data))
@@ -183,3 +185,63 @@ def test_damaged_index_is_refused_with_the_fix(ws: Workspace) -> None:
 def test_missing_index_names_the_command(ws: Workspace) -> None:
     with pytest.raises(IndexMissing, match="wikirag build alpha"):
         store.load(ws.wiki("alpha"))
+
+
+def test_an_incremental_build_tokenises_only_what_changed_and_equals_a_fresh_build(
+        ws: Workspace, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token ids of unchanged files are reused from the previous build; the index that results is the one
+    a fresh build makes (same passages, same BM25 scores for every query term)."""
+    from wikirag import index as index_mod
+
+    wiki = ws.wiki("alpha")
+    build(wiki)
+    (home / "wikis/alpha/tomatoes.md").write_text("# Tomatoes\n\nTomatoes now grow under glass with basil.\n")
+    (home / "wikis/alpha/basil.md").write_text("# Basil\n\nBasil likes the warm glasshouse, next to tomatoes.\n")
+    (home / "wikis/alpha/compost.md").unlink()
+    tokenised: list[str] = []
+    real = index_mod.tokenize
+    monkeypatch.setattr(index_mod, "tokenize", lambda texts: tokenised.extend(texts) or real(texts))
+    assert build(wiki).state == "built"
+    assert tokenised and all("Tomatoes now grow" in t or "Basil likes" in t for t in tokenised)
+    incremental = store.load(wiki)
+    build(wiki, force=True)
+    fresh = store.load(wiki)
+    assert [asdict(c) for c in incremental.chunks] == [asdict(c) for c in fresh.chunks]
+    assert set(incremental.bm25.vocab) == set(fresh.bm25.vocab)
+    for term in fresh.bm25.vocab:
+        a = MergedBM25([incremental.bm25]).scores([incremental.bm25.vocab[term]])
+        b = MergedBM25([fresh.bm25]).scores([fresh.bm25.vocab[term]])
+        assert np.array_equal(a, b), term
+
+
+def test_freshness_on_the_query_path_needs_no_walk_and_ignores_what_a_build_ignores(ws: Workspace, home: Path) -> None:
+    """A markdown file added (or removed) makes the wiki stale at once; an editor's swap file or a picture
+    next to the pages does not; a page edited in place is found through the passages it returns."""
+    from wikirag.cache import IndexCache
+
+    wiki = ws.wiki("alpha")
+    build(wiki)
+    cache = IndexCache()
+    assert cache.get(wiki)[1] == []
+    (home / "wikis/alpha/.tomatoes.md.swp").write_bytes(b"\x00swap")
+    (home / "wikis/alpha/photo.png").write_bytes(b"\x89PNG")
+    assert IndexCache().get(wiki)[1] == []
+    (home / "wikis/alpha/new.md").write_text("# New\n\nA new page about asparagus.\n")
+    warnings = IndexCache().get(wiki)[1]
+    assert len(warnings) == 1 and "stale" in warnings[0] and "wikirag build alpha" in warnings[0]
+    (home / "wikis/alpha/new.md").unlink()
+    assert IndexCache().get(wiki)[1] == []
+    loaded = store.load(wiki)
+    assert index_mod_files_changed(wiki, loaded) == []
+    result = search(ws, "open", "tomatoes", clearance="public")
+    assert result.passages and not result.warnings
+    (home / "wikis/alpha/tomatoes.md").write_text("# Tomatoes\n\nEdited in place.\n")
+    assert index_mod_files_changed(wiki, loaded) == ["tomatoes.md"]
+    warnings = search(ws, "open", "tomatoes", clearance="public").warnings
+    assert any("tomatoes.md changed since the build" in w for w in warnings), warnings
+
+
+def index_mod_files_changed(wiki, loaded) -> list[str]:
+    from wikirag.sources import files_changed
+
+    return files_changed(wiki, loaded.chunks.sources, [c.path for c in loaded.chunks])

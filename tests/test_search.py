@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from wikirag import CompositionError, IndexMissing, NotFound, QueryError, Workspace, build
+from wikirag import CompositionError, IndexMissing, NotFound, QueryError, Workspace, audit, build, store
+from wikirag.bm25 import MergedBM25
 from wikirag.fusion import get, rrf
 from wikirag.retrieval import search
 
+from .conftest import make_wiki
 from .lists import RankedList, candidates
 
 
@@ -151,3 +155,83 @@ def test_a_rebuild_is_picked_up_by_the_next_query(built: Workspace, home: Path) 
 def test_bad_k_is_refused(built: Workspace) -> None:
     with pytest.raises(QueryError, match="k must be between 1 and 1000"):
         search(built, "open", "compost", clearance="public", k=0)
+
+
+def _top_by_brute_force(scores: np.ndarray, offsets: np.ndarray, depth: int) -> list[tuple[int, int, int, float]]:
+    """Each wiki's top ``depth`` non-zero scores by (score descending, chunk id): (wiki, chunk, rank, score)."""
+    out = []
+    for w in range(len(offsets) - 1):
+        part = scores[offsets[w]:offsets[w + 1]]
+        best = [int(d) for d in np.lexsort((np.arange(len(part)), -part)) if part[d] != 0][:depth]
+        out += [(w, d, rank, float(part[d])) for rank, d in enumerate(best, start=1)]
+    return out
+
+
+@pytest.mark.parametrize("row_width", [MergedBM25.ROW_WIDTH, 16])
+def test_each_wiki_keeps_its_own_top_with_ties_to_the_lower_chunk_id(monkeypatch, row_width: int) -> None:
+    # many wikis of very different sizes, scores with many exact ties (also across the cut at `depth`)
+    monkeypatch.setattr(MergedBM25, "ROW_WIDTH", row_width)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        sizes = rng.integers(0, int(rng.choice([8, 60, 700])), int(rng.integers(1, 40)))
+        if rng.random() < 0.3:
+            sizes[rng.integers(len(sizes))] = rng.integers(0, 3000)
+        merged = MergedBM25.__new__(MergedBM25)  # top_per_wiki needs the wikis' offsets only
+        merged.offsets = np.cumsum([0, *sizes.tolist()])
+        scores = (rng.integers(0, int(rng.choice([2, 5, 1000])), int(merged.offsets[-1])) * 0.37).astype(np.float32)
+        scores[rng.random(len(scores)) < rng.random()] = 0
+        depth = int(rng.choice([1, 2, 10, 100]))
+        hits = merged.top_per_wiki(scores, depth)
+        mine = list(zip(hits.wiki.tolist(), hits.chunk.tolist(), hits.rank.tolist(), hits.score.tolist()))
+        assert mine == _top_by_brute_force(scores, merged.offsets, depth)
+
+
+@pytest.mark.parametrize("fusion", ["dfs-prior", "dfs", "rrf"])
+def test_a_tie_at_the_cut_keeps_the_lower_chunk_ids(home: Path, fusion: str) -> None:
+    # twelve passages with the same text score the same: the top 3 are the first three chunks
+    same = {f"n{i:02d}.md": "# Note\n\nCompost heaps need turning and air every week.\n" for i in range(12)}
+    make_wiki(home, "copies", same)
+    make_wiki(home, "more", {**same, "other.md": "# Other\n\nPeppers like warm soil.\n"})
+    (home / "rags" / "copies.yaml").write_text("sensitivity: public\nwikis: [copies]\n")
+    (home / "rags" / "both.yaml").write_text("sensitivity: public\nwikis: [copies, more]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("copies"))
+    build(ws.wiki("more"))
+    order = {w: [c.path for c in store.load(ws.wiki(w)).chunks if c.path != "other.md"] for w in ("copies", "more")}
+    alone = search(ws, "copies", "compost turning", clearance="public", k=3, fusion=fusion, audit_event=None)
+    assert [p.path for p in alone.passages] == order["copies"][:3]
+    both = search(ws, "both", "compost turning", clearance="public", k=8, fusion=fusion, audit_event=None)
+    for wiki in ("copies", "more"):  # each wiki's passages are its first chunks, ranked in chunk order
+        mine = [p for p in both.passages if p.wiki == wiki]
+        assert [p.path for p in mine] == order[wiki][:len(mine)]
+        assert [c.rank for p in mine for c in p.contributions] == list(range(1, len(mine) + 1))
+
+
+def test_every_search_is_in_the_audit_log_when_it_returns(built: Workspace, home: Path, monkeypatch) -> None:
+    log = home / ".audit" / "audit.jsonl"
+    monkeypatch.setattr(audit, "MAX_BYTES", 4000)  # rotate often: old files keep the older records
+    errors: list[BaseException] = []
+
+    def run(user: str) -> None:
+        try:
+            for i in range(15):
+                search(built, "team", f"compost {i}", clearance="internal", user=user)
+                seen = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+                assert any(e["user"] == user and e["question_sha256"] == audit.question_hash(f"compost {i}")
+                           for e in seen)  # written before search returned (the rotated-away ones are older)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"u{t}",)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    files = [log.with_name(f"audit.jsonl.{i}") for i in range(audit.BACKUPS, 0, -1)] + [log]
+    events = [json.loads(line) for f in files if f.exists() for line in f.read_text(encoding="utf-8").splitlines()]
+    assert len(files) > 2 and all(f.stat().st_size < 4000 for f in files if f.exists())
+    for t in range(4):  # every line whole, each thread's records in its order, none lost
+        questions = [e["question_sha256"] for e in events if e.get("user") == f"u{t}"]
+        expected = [audit.question_hash(f"compost {i}") for i in range(15)]
+        assert questions == expected[len(expected) - len(questions):] and len(questions) >= 5

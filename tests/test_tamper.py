@@ -160,17 +160,17 @@ def test_a_symlinked_builds_folder_is_refused_and_the_build_does_not_write_into_
 
 
 def test_a_file_of_the_build_linked_to_another_wiki_is_refused(pair: Workspace) -> None:
-    """Its own build, with chunks.jsonl replaced by a link to the other wiki's and the checksums redone."""
+    """Its own build, with its passages' text replaced by a link to the other wiki's and the checksums redone."""
     wiki = pair.wiki("guide")
     folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
-    (folder / "chunks.jsonl").unlink()
-    (folder / "chunks.jsonl").symlink_to(_runbooks_build(pair) / "chunks.jsonl")
+    (folder / "passages/text.bin").unlink()
+    (folder / "passages/text.bin").symlink_to(_runbooks_build(pair) / "passages/text.bin")
     checksums = json.loads((folder / "manifest.json").read_text())["checksums"]
-    checksums["chunks.jsonl"] = store.sha256((folder / "chunks.jsonl").read_bytes())
+    checksums["passages/text.bin"] = store.sha256((folder / "passages/text.bin").read_bytes())
     _rewrite_manifest(folder, checksums=checksums)
     passages, texts = _public_search(pair)
     assert not passages and all(MARKER not in t for t in texts)
-    assert "chunks.jsonl leads out of its build" in " ".join(texts)
+    assert "passages/text.bin leads out of its build" in " ".join(texts)
     _assert_recovers(pair)
 
 

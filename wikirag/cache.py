@@ -1,7 +1,14 @@
 """Loaded indexes, shared by every query of a process, and merged views of a composition's indexes.
 
 Indexes load once per process (:class:`IndexCache`) and are reloaded when a build swaps in a new one
-(one ``stat`` of ``CURRENT`` per wiki per query notices it). The loaded BM25 layers of a composition are
+(one ``stat`` of ``CURRENT`` per wiki, at most every ``recheck_seconds``, notices it).
+
+**Freshness costs no walk of the sources.** A build records the mtime and listing of every source folder
+it walked; the cache compares them (one ``stat`` per folder, at most every ``freshness_seconds``) and
+warns that a wiki is stale when a markdown file was added, removed or renamed since its build. A page
+edited in place does not change its folder: :func:`wikirag.retrieval.retrieve` checks the files of the
+passages it returns (one ``stat`` each) against what the build read. The full comparison — every file,
+with hashes — is :func:`wikirag.index.status`, for ``wikirag list``, ``check`` and the portal. The loaded BM25 layers of a composition are
 merged in memory once (:class:`Composed`, holding a :class:`~wikirag.bm25.MergedBM25`) so a query scores
 all its wikis in one pass; each wiki still ranks with its own statistics.
 """
@@ -14,8 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from . import index as index_mod
-from . import store
+from . import sources, store
 from .bm25 import MergedBM25
 from .graph import ComposedGraph
 from .store import LoadedIndex
@@ -29,7 +35,7 @@ class Composed:
         self.names = tuple(idx.wiki for idx in indexes)
         self.chunks = {idx.wiki: idx.chunks for idx in indexes}
         self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
-        self._link_graphs = [idx.graph for idx in indexes]
+        self._indexes = indexes  # their link graphs are read when a query first needs them
         self._graphs: dict[tuple, ComposedGraph] = {}
         self._lock = threading.Lock()
 
@@ -38,7 +44,8 @@ class Composed:
         key = (enabled, tags)
         with self._lock:
             if key not in self._graphs:
-                self._graphs[key] = ComposedGraph(self.names, self._link_graphs, self.bm25.offsets, enabled, tags)
+                self._graphs[key] = ComposedGraph(self.names, [idx.graph for idx in self._indexes], self.bm25.offsets,
+                                                  enabled, tags)
             return self._graphs[key]
 
 
@@ -50,13 +57,15 @@ class IndexCache:
     keeps serving. Checking ``CURRENT`` at most that often keeps the per-wiki cost of a query low.
     """
 
-    def __init__(self, max_views: int = 32, recheck_seconds: float = 0.5,
+    def __init__(self, max_views: int = 32, recheck_seconds: float = 0.5, freshness_seconds: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         # pointer path -> (CURRENT's stat, build generation, checked at, index, warnings)
         self._entries: dict[str, tuple[tuple | None, int, float, LoadedIndex, list[str]]] = {}
+        self._fresh_at: dict[str, float] = {}  # pointer path -> when its folders were last compared
         self._views: OrderedDict[tuple, Composed] = OrderedDict()
         self._max_views = max_views
         self.recheck_seconds = recheck_seconds
+        self.freshness_seconds = freshness_seconds
         self._clock = clock  # seconds; a test passes its own to step through the recheck interval
         self._lock = threading.RLock()
 
@@ -68,7 +77,8 @@ class IndexCache:
         ``CURRENT``, and its cached build must stop serving at once.
         """
         loaded, warnings = self._get(wiki)
-        store.check_level(loaded.manifest, wiki)
+        if loaded.level is None or loaded.level > wiki.level:  # (the level is parsed once per build)
+            store.check_level(loaded.manifest, wiki)  # raises, saying why
         return loaded, warnings
 
     def _get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
@@ -84,15 +94,27 @@ class IndexCache:
         except FileNotFoundError:
             key = None
         if entry is not None and key is not None and entry[0] == key:
-            self._entries[pointer] = (key, store.build_generation, now, entry[3], entry[4])
-            return entry[3], entry[4]
+            warnings = entry[4]
+            if now - self._fresh_at.get(pointer, 0.0) >= self.freshness_seconds:
+                warnings = self._freshness(wiki, entry[3], now)
+            self._entries[pointer] = (key, store.build_generation, now, entry[3], warnings)
+            return entry[3], warnings
         with self._lock:
             generation = store.build_generation
             loaded = store.load(wiki)
-            state = index_mod.status(wiki)
-            warnings = [f"wiki '{wiki.name}' is stale ({state.detail})"] if state.state == "stale" else []
+            warnings = self._freshness(wiki, loaded, now)
             self._entries[pointer] = (key, generation, now, loaded, warnings)
             return loaded, warnings
+
+    def _freshness(self, wiki: Wiki, loaded: LoadedIndex, now: float) -> list[str]:
+        """A warning if files were added, removed or renamed in the wiki's source folders since its build."""
+        self._fresh_at[wiki.current_pointer] = now
+        changed = sources.folders_changed(wiki, loaded.manifest)
+        if not changed:
+            return []
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        return [(f"wiki '{wiki.name}' is stale (files were added, removed or renamed in {shown} since the build: "
+                 f"run 'wikirag build {wiki.name}')")]
 
     def merged(self, indexes: list[LoadedIndex]) -> Composed:
         """The merged view of these exact builds (cached; a new build makes a new view)."""
@@ -110,6 +132,7 @@ class IndexCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._fresh_at.clear()
             self._views.clear()
 
 

@@ -124,23 +124,32 @@ def top_by_passage(c: Candidates, values: np.ndarray, k: int, wiki_prior: np.nda
     if len(values) == 0:
         return []
     key = (c.wiki << _SHIFT) | c.chunk
-    if _one_layer(c):  # one list per wiki: every (wiki, chunk) appears once, no grouping needed
+    one_row_each = _one_layer(c)
+    if one_row_each:  # one list per wiki: every (wiki, chunk) appears once, no grouping needed
         unique, first, inverse, sums = key, np.arange(len(key)), np.arange(len(key)), values
     else:
         unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         sums = np.bincount(inverse, weights=values)
     best = np.lexsort((first, -sums))[:k]
-    rows_of: dict[int, list[int]] = {i: [] for i in best.tolist()}
-    for row in np.flatnonzero(np.isin(inverse, best)).tolist():
-        rows_of[int(inverse[row])].append(row)
-    fused = []
-    for i, rows in rows_of.items():
-        contributions = tuple(Contribution(c.wikis[c.wiki[r]], c.layers[c.layer[r]], int(c.rank[r]),
-                                           float(c.score[r]),
-                                           None if wiki_prior is None else float(wiki_prior[c.wiki[r]]))
-                              for r in rows)
-        fused.append(Fused(c.wikis[int(unique[i] >> _SHIFT)], int(unique[i] & ((1 << _SHIFT) - 1)),
-                           float(sums[i]), contributions))
+    if one_row_each:
+        rows_of = {i: [i] for i in best.tolist()}
+    else:
+        rows_of = {i: [] for i in best.tolist()}
+        for row in np.flatnonzero(np.isin(inverse, best)).tolist():
+            rows_of[int(inverse[row])].append(row)
+    # the contributing rows' fields as Python values, fetched once (not one numpy scalar at a time)
+    rows = np.array([r for group in rows_of.values() for r in group], dtype=np.int64)
+    wiki, layer, rank, score = (c.wiki[rows].tolist(), c.layer[rows].tolist(), c.rank[rows].tolist(),
+                                c.score[rows].tolist())
+    prior = ([None] * len(rows) if wiki_prior is None
+             else np.asarray(wiki_prior, dtype=np.float64)[c.wiki[rows]].tolist())
+    contributions = [Contribution(c.wikis[w], c.layers[y], r, s, p)
+                     for w, y, r, s, p in zip(wiki, layer, rank, score, prior)]
+    fused, at = [], 0
+    for group, key_i, sum_i in zip(rows_of.values(), unique[best].tolist(), sums[best].tolist()):
+        fused.append(Fused(c.wikis[key_i >> _SHIFT], key_i & ((1 << _SHIFT) - 1), sum_i,
+                           tuple(contributions[at:at + len(group)])))
+        at += len(group)
     return fused
 
 
@@ -174,12 +183,13 @@ def layer_values(c: Candidates) -> np.ndarray:
     if _one_layer(c):
         return values
     bm25 = c.layers.index("bm25") if "bm25" in c.layers else -1
-    for w in np.unique(c.wiki).tolist():
+    # only the wikis with lists from two layers or more need work: the others keep their scores
+    lists = np.unique(c.wiki * len(c.layers) + c.layer) // len(c.layers)  # the wiki of each (wiki, layer) list
+    weights = layer_weights(c)
+    for w in np.unique(lists[1:][lists[1:] == lists[:-1]]).tolist():  # a wiki appears once per list it has
         rows = np.flatnonzero(c.wiki == w)
-        if len(np.unique(c.layer[rows])) < 2:
-            continue
         unique, first, inverse = np.unique(c.chunk[rows], return_index=True, return_inverse=True)
-        fused = np.bincount(inverse, weights=layer_weights(c)[rows] / (RRF_K + c.rank[rows]))
+        fused = np.bincount(inverse, weights=weights[rows] / (RRF_K + c.rank[rows]))
         order = np.lexsort((first, -fused))
         lexical = np.sort(c.score[rows][c.layer[rows] == bm25])[::-1]
         floor = lexical[-1] if len(lexical) else 1e-3
@@ -224,8 +234,10 @@ def dfs_prior(c: Candidates, k: int) -> list[Fused]:
     lexical = "bm25" in c.layers and bool((c.layer == c.layers.index("bm25")).any())
     prior = wiki_log_prior(c) if lexical else np.zeros(len(c.wikis))
     values = c.weights[c.wiki] * layer_values(c)
-    first = np.zeros(len(values), dtype=bool)  # the prior counts once per passage, on its first row
-    if len(values):
+    if _one_layer(c):  # one row per passage
+        first = np.ones(len(values), dtype=bool)
+    else:  # the prior counts once per passage, on its first row
+        first = np.zeros(len(values), dtype=bool)
         _, first_rows = np.unique((c.wiki << _SHIFT) | c.chunk, return_index=True)
         first[first_rows] = True
     return top_by_passage(c, values + np.where(first, prior[c.wiki], 0.0), k, wiki_prior=prior)

@@ -18,17 +18,16 @@ tampered, foreign or higher-level one (:mod:`wikirag.store`) is rebuilt from the
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import bm25s
+import numpy as np
 
-from . import __version__, store
+from . import __version__, chunkfile, store
 from . import graph as graph_mod
-from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, tokenize
+from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, saved_tokens, tokenize
 from .chunking import ENCODING_NAME, MAX_BLOCKS, chunk_markdown, count_blocks
 from .dense import build_layer, passage_text
 from .errors import BuildError, EmbeddingError, IndexMissing
@@ -36,7 +35,7 @@ from .graph import PageLinks
 from .page import parse_page, tag_matches
 from .passage import Chunk
 from .sources import Skipped, decode, discover
-from .store import current_build_id, read_manifest, sha256
+from .store import current_build_id, read_files, read_manifest, sha256
 from .wiki import Wiki
 
 Progress = Callable[[str, int, int], None]  # (stage: "reading" or "embedding", done, total)
@@ -90,29 +89,97 @@ def _settings(wiki: Wiki) -> dict:
     }
 
 
-def _previous(wiki: Wiki) -> tuple[str | None, dict | None, dict[str, list[Chunk]], dict[str, PageLinks]]:
-    """The serving build's id, manifest, chunks and links by path; nothing usable → ``(id, None, {}, {})``."""
+@dataclass
+class _Collected:
+    records: dict[str, dict]           # path -> sha256, size, mtime_ns, chunks, skipped reason
+    chunks: dict[str, list[Chunk]]     # path -> its passages
+    skipped: list[Skipped]
+    rechunked: int = 0
+    links: dict[str, PageLinks] = field(default_factory=dict)  # path -> its links (indexed pages only)
+    reused: set[str] = field(default_factory=set)  # paths whose passages are the previous build's
+
+
+@dataclass
+class _Previous:
+    """What a build reuses of the serving build: nothing (``manifest`` None) if there is none or it is unusable."""
+
+    build_id: str | None = None
+    manifest: dict | None = None
+    files: dict[str, dict] = field(default_factory=dict)        # path -> its record (sha256, size, …)
+    chunks: dict[str, list[Chunk]] = field(default_factory=dict)  # path -> its passages
+    links: dict[str, PageLinks] = field(default_factory=dict)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> its passages' index range
+    tokens: tuple[list[str], np.ndarray, np.ndarray] | None = None  # vocabulary, token ids, lengths
+
+
+def _previous(wiki: Wiki) -> _Previous:
+    """The serving build's manifest, file records, passages, links and token ids."""
     build_id = current_build_id(wiki)
     if build_id is None:
-        return None, None, {}, {}
+        return _Previous()
     try:
         manifest = read_manifest(wiki, build_id)  # checks the pointer, the wiki's name and the level too
         folder = store.build_folder(wiki, build_id)
         store.verify(wiki, folder, manifest)  # nothing of a damaged or tampered build is carried forward
-        chunks = store.read_chunks(folder / "chunks.jsonl")
+        table = chunkfile.read(folder)
         links, _ = graph_mod.load_pages(folder)
+        files = read_files(folder)
+        tokens = saved_tokens(folder / "bm25")
     except (OSError, ValueError, TypeError, KeyError, IndexMissing):
-        return build_id, None, {}, {}  # damaged, foreign or tampered with: rebuild everything
-    by_path: dict[str, list[Chunk]] = {}
-    for chunk in chunks:
-        by_path.setdefault(chunk.path, []).append(chunk)
-    return build_id, manifest, by_path, links
+        return _Previous(build_id)  # damaged, foreign or tampered with: rebuild everything
+    if len(tokens[2]) != len(table) or int(tokens[2].sum()) != len(tokens[1]):
+        return _Previous(build_id)
+    return _Previous(build_id, manifest, files, table.by_path(), links, table.ranges(), tokens)
 
 
-def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], links: dict[str, PageLinks], known: list[str],
-                 manifest: dict, started: float, previous: list[Path], progress: Progress | None) -> None:
-    texts = [passage_text(c) for c in chunks]
-    BM25Layer.build(tokenize(texts), folder / "bm25")
+def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every passage's token ids (and the vocabulary): reused from the previous build for the files whose
+    passages it reuses, tokenised for the rest. Ids of the previous vocabulary are kept; new tokens are
+    appended (:meth:`BM25Layer.build_from_ids` drops the terms no passage uses any more)."""
+    if prev.tokens is not None:
+        words, old_ids, old_lengths = prev.tokens
+        old_starts = np.concatenate([[0], np.cumsum(old_lengths)])
+    else:
+        words, old_ids, old_lengths, old_starts = [], np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(1, np.int64)
+    vocab = {t: i for i, t in enumerate(words)}
+    id_parts: list[np.ndarray] = []
+    length_parts: list[np.ndarray] = []
+    fresh: list[Chunk] = []
+
+    def flush() -> None:
+        if fresh:
+            tokens = tokenize([passage_text(c) for c in fresh])
+            id_parts.append(np.array([vocab.setdefault(t, len(vocab)) for doc in tokens for t in doc], dtype=np.int64))
+            length_parts.append(np.array([len(doc) for doc in tokens], dtype=np.int64))
+            fresh.clear()
+
+    for path in sorted(got.chunks):
+        path_chunks = got.chunks[path]
+        span = prev.ranges.get(path) if prev.tokens is not None and path in got.reused else None
+        if span is not None and span[1] - span[0] == len(path_chunks):
+            flush()
+            lo, hi = span
+            id_parts.append(old_ids[old_starts[lo]:old_starts[hi]])
+            length_parts.append(old_lengths[lo:hi])
+        else:
+            fresh.extend(path_chunks)
+    flush()
+    words = [""] * len(vocab)
+    for t, i in vocab.items():
+        words[i] = t
+    ids = np.concatenate(id_parts) if id_parts else np.empty(0, np.int64)
+    lengths = np.concatenate(length_parts) if length_parts else np.empty(0, np.int64)
+    if len(lengths) != len(chunks):  # pragma: no cover - a bug, never an input
+        raise AssertionError(f"{len(lengths)} token lists for {len(chunks)} passages")
+    return words, ids, lengths
+
+
+def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], got: _Collected, prev: _Previous,
+                 known: list[str], manifest: dict, started: float, previous: list[Path],
+                 progress: Progress | None) -> None:
+    words, ids, lengths = _token_ids(chunks, got, prev)
+    BM25Layer.build_from_ids(ids, lengths, words, folder / "bm25")
+    links = {p: v for p, v in got.links.items() if got.chunks.get(p)}
     manifest["graph"] = graph_mod.save(folder, graph_mod.resolve(links, known), known)
     spec = wiki.manifest.layers.dense
     if spec is not None:
@@ -123,20 +190,9 @@ def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], links: dict[str,
             raise BuildError(f"wiki '{wiki.name}': its dense layer could not be built: {exc}; "
                              "the previous index still serves") from None
         manifest["dense"] = asdict(info)
-    with (folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
-        for c in chunks:
-            fh.write(json.dumps({"path": c.path, "start": c.start, "end": c.end, "line": c.line,
-                                 "heading": c.heading, "text": c.text}, ensure_ascii=False) + "\n")
+    chunkfile.write(folder, chunks, {p: (r["size"], r["mtime_ns"]) for p, r in got.records.items()})
+    store.write_files(folder, got.records)
     manifest["build_seconds"] = round(time.perf_counter() - started, 3)
-
-
-@dataclass
-class _Collected:
-    records: dict[str, dict]           # path -> sha256, size, mtime_ns, chunks, skipped reason
-    chunks: dict[str, list[Chunk]]     # path -> its passages
-    skipped: list[Skipped]
-    rechunked: int = 0
-    links: dict[str, PageLinks] = field(default_factory=dict)  # path -> its links (indexed pages only)
 
 
 def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, list[Chunk]],
@@ -158,6 +214,7 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
         old = prev_files.get(src.path)
         if old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns):
             out.records[src.path], out.chunks[src.path] = old, prev_chunks.get(src.path, [])
+            out.reused.add(src.path)
         else:
             try:
                 data = src.abspath.read_bytes()
@@ -168,6 +225,7 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
             if old is not None and old["sha256"] == digest:  # touched, not changed
                 out.records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
                 out.chunks[src.path] = prev_chunks.get(src.path, [])
+                out.reused.add(src.path)
             else:
                 reason, chunks, links = _chunk_file(wiki, src.path, data)
                 if links is not None:
@@ -197,7 +255,8 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
     """
     started = time.perf_counter()
     with store.build_lock(wiki):
-        prev_id, prev, prev_chunks, prev_links = _previous(wiki)
+        before = _previous(wiki)
+        prev_id, prev = before.build_id, before.manifest
         settings = _settings(wiki)
         found = discover(wiki)
         if not found.root.is_dir():
@@ -206,8 +265,10 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
                 f"fix 'source:' in {wiki.manifest_path}"
             )
         reuse = prev is not None and not force and prev["settings"]["chunking"] == settings["chunking"]
-        got = _collect(wiki, found.files, prev["files"] if reuse and prev else {}, prev_chunks,
-                       prev_links if reuse else {}, found.skipped, progress)
+        if prev is not None and (not reuse or prev["settings"]["tokenizer"] != settings["tokenizer"]):
+            before.tokens = None  # tokenise everything again
+        got = _collect(wiki, found.files, before.files if reuse else {}, before.chunks,
+                       before.links if reuse else {}, found.skipped, progress)
         chunks = [c for path in sorted(got.chunks) for c in got.chunks[path]]
         files = sum(1 for r in got.records.values() if r["chunks"])
         if not chunks:
@@ -219,26 +280,26 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             )
         if (prev is not None and prev_id is not None and not force and prev["settings"] == settings
                 and prev.get("sensitivity") == str(wiki.level)  # a raised level is recorded by a new build
-                and {p: r["sha256"] for p, r in prev["files"].items()}
+                and {p: r["sha256"] for p, r in before.files.items()}
                 == {p: r["sha256"] for p, r in got.records.items()}):
             return BuildReport(wiki.name, "up to date", files, len(chunks), 0, got.skipped,
                                time.perf_counter() - started, prev_id)
         manifest = {
             "format_version": store.FORMAT_VERSION,
             "wikirag_version": __version__,
-            "bm25s_version": bm25s.__version__,
+            "bm25s_version": bm25s_version(),
             "wiki": wiki.name,
             "sensitivity": str(wiki.level),
             "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "settings": settings,
             "chunks": len(chunks),
-            "files": got.records,
+            "indexed_files": files,
+            "folders": found.folders,
         }
         previous = [store.build_folder(wiki, prev_id) / "dense"] if prev_id and prev is not None else []
         known = [s.path for s in found.skipped if s.reason == "meta file"]
-        links = {p: v for p, v in got.links.items() if got.chunks.get(p)}
         build_id = store.publish(wiki, manifest, lambda folder: _write_build(
-            wiki, folder, chunks, links, known, manifest, started, [*previous, *vector_sources], progress))
+            wiki, folder, chunks, got, before, known, manifest, started, [*previous, *vector_sources], progress))
         # the previous build stays for readers that have just read CURRENT, if it was a valid one
         store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id and prev is not None else set()))
         return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
@@ -279,13 +340,18 @@ def status(wiki: Wiki) -> IndexStatus:
         manifest = read_manifest(wiki, build_id)  # an invalid pointer, foreign build or higher level: refused
     except IndexMissing as exc:
         return IndexStatus("incompatible", str(exc), build_id if store.BUILD_ID_RE.fullmatch(build_id) else None)
-    recorded: dict[str, dict] = manifest["files"]
+    try:
+        recorded: dict[str, dict] = read_files(store.build_folder(wiki, build_id), manifest)
+    except (OSError, ValueError, IndexMissing) as exc:
+        return IndexStatus("incompatible", str(exc) if isinstance(exc, IndexMissing) else
+                           f"the index of wiki '{wiki.name}' is damaged ({exc}): rebuild it with "
+                           f"'wikirag build {wiki.name}'", build_id)
     declared, built = wiki.manifest.layers.dense, manifest.get("dense")
     dense = None if declared is None else "missing" if not built else (
         "ok" if built["model"] == declared.model else "other model")
     graph = manifest.get("graph") or {}
     base = {"build_id": build_id, "built_at": manifest.get("built_at"), "chunks": manifest.get("chunks", 0),
-            "files": sum(1 for r in recorded.values() if r["chunks"]), "dense": dense,
+            "files": manifest.get("indexed_files", 0), "dense": dense,
             "level_changed": store.level_change(manifest, wiki), "links": graph.get("links", 0),
             "dangling": graph.get("dangling", 0)}
     if manifest["settings"] != _settings(wiki):
@@ -308,3 +374,4 @@ def status(wiki: Wiki) -> IndexStatus:
         return IndexStatus("stale", f"{len(changed)} file(s) changed since the build: "
                            f"run 'wikirag build {wiki.name}'", changed=changed, **base)
     return IndexStatus("fresh", "", **base)
+

@@ -26,7 +26,6 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .chunking import full_markdown
 from .wiki import SLUG_RE
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
@@ -81,6 +80,8 @@ def _code_ranges(text: str, body_start: int) -> list[tuple[int, int]]:
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(body)] + [len(body)]
     parsed = body.replace("\ufeff", " ", 1) if body.startswith("\ufeff") else body
     blocks = []
+    from .chunking import full_markdown  # markdown-it: only builds parse pages, queries never do
+
     for token in full_markdown().parse(parsed):
         if token.type in ("fence", "code_block") and token.map:
             lo, hi = token.map

@@ -10,13 +10,14 @@ layers, fuses them (:mod:`wikirag.fusion`) and returns :class:`~wikirag.passage.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import audit, dense, embeddings, store
+from . import audit, dense, embeddings, sources, store
 from . import fusion as fusion_mod
 from .access import Level
 from .bm25 import tokenize
@@ -34,6 +35,7 @@ GRAPH_WINDOW = 100
 LAYERS = ("bm25", "dense", "graph")
 MAX_QUESTION_CHARS = 10_000
 _CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0)]) - {ord("\t"), ord("\n"), ord("\r")}
+_CONTROL_CHAR = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(_CONTROL_CHARS)) + "]")
 
 
 def check_question(question: object) -> str:
@@ -60,8 +62,9 @@ def check_question(question: object) -> str:
                   if 0xDC80 <= code <= 0xDCFF else "")
         raise QueryError(f"the question is not valid text: character {exc.start + 1} is U+{code:04X}, a lone "
                          f"surrogate{origin}; retype it") from None
-    bad = next((i for i, ch in enumerate(question) if ord(ch) in _CONTROL_CHARS), None)
-    if bad is not None:
+    found = _CONTROL_CHAR.search(question)
+    if found is not None:
+        bad = found.start()
         raise QueryError(f"the question is not valid text: character {bad + 1} is the control character "
                          f"U+{ord(question[bad]):04X}; retype it without it")
     return question
@@ -74,7 +77,9 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
     for w, idx in enumerate(indexes):
         if idx.dense is not None:
             groups.setdefault((idx.dense.model, idx.dense.api_base), []).append(w)
-    rows = []
+    rows: list[tuple] = []
+    if not groups:
+        return rows
     fallback = "searched with BM25 only" if bm25_fallback else "left out"
     for (model, api_base), members in groups.items():
         try:
@@ -87,7 +92,11 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
             idx = indexes[w]
             dense_store = dense.store()
             dense_store.ensure(idx.wiki, idx.build_id, idx.folder / "dense", idx.dense)
-            ids, scores = dense_store.search(idx.wiki, vector, idx.dense.model_id, depth)
+            try:  # of exactly this build, whose passages this query holds
+                ids, scores = dense_store.search(idx.wiki, vector, idx.dense.model_id, depth, build_id=idx.build_id)
+            except KeyError:  # two newer builds were loaded meanwhile: this query's build is gone
+                warnings.append(f"dense layer of {idx.wiki} skipped: a newer build was loaded meanwhile; ask again")
+                continue
             rows.append((np.full(len(ids), w), np.ones(len(ids), dtype=np.int64), ids,
                          np.arange(1, len(ids) + 1), scores))
     return rows
@@ -185,6 +194,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     cache = cache or DEFAULT_CACHE
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
+    dense_builds = False  # whether a build has a dense layer (the dense lists are looked for only then)
     for wiki in comp.wikis:
         try:
             loaded, index_warnings = cache.get(wiki)
@@ -192,7 +202,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             warnings.append(str(exc))
             continue
         warnings += index_warnings
-        changed = store.level_change(loaded.manifest, wiki)
+        changed = store.level_change(loaded.manifest, wiki) if loaded.level != wiki.level else None
         if changed:
             warnings.append(f"wiki '{wiki.name}' changed level since it was indexed ({changed}); "
                             f"it is treated as {wiki.level}: rebuild it to record the change")
@@ -200,12 +210,14 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             warnings.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
                             f"run 'wikirag build {wiki.name}'; searched with BM25 only")
         indexes.append(loaded)
+        dense_builds = dense_builds or loaded.dense is not None
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
     cols = view.bm25.columns(tokens)
-    specs = [wiki.manifest.layers.graph for wiki in comp.wikis if wiki.name in view.names]
+    served = set(view.names)
+    specs = [wiki.manifest.layers.graph for wiki in comp.wikis if wiki.name in served]
     use_graph = "graph" in layers and any(specs)
     # with the graph layer, every list is as deep as GRAPH_WINDOW whatever k: the within-wiki fusion of
     # a linked passage's ranks then does not depend on how many passages were asked for
@@ -214,10 +226,11 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if "bm25" in layers:
         hits = view.bm25.search_columns(cols, depth, method.scoring)
         rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
-    if "dense" in layers:
+    if "dense" in layers and dense_builds:
         rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
     weights = np.array([comp.weight(name) for name in view.names], dtype=np.float64)
-    term_counts = view.bm25.term_counts(cols) if method.term_stats else None
+    # the wiki prior of one wiki is 0 whatever the counts: they are not gathered then
+    term_counts = view.bm25.term_counts(cols) if method.term_stats and len(view.names) > 1 else None
     candidates = _candidates(view, rows, weights, term_counts)
     graph = None
     if use_graph:
@@ -239,6 +252,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             via = tuple(graph.path([s for s, _ in seeds], node))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions, via))
+    warnings += _edited_since_build(comp, view, passages)
     hint = None
     if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
@@ -247,15 +261,36 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
                         [w.name for w in comp.wikis])
 
 
+def _edited_since_build(comp: Composition, view: Composed, passages: list[Passage]) -> list[str]:
+    """A stale warning per wiki whose returned passages come from files changed since its build (one
+    ``stat`` per file returned; see :mod:`wikirag.cache` for the rest of freshness)."""
+    warnings = []
+    by_wiki: dict[str, list[str]] = {}
+    for p in passages:
+        by_wiki.setdefault(p.wiki, []).append(p.path)
+    for wiki in comp.wikis:
+        if wiki.name in by_wiki:
+            changed = sources.files_changed(wiki, view.chunks[wiki.name].sources, by_wiki[wiki.name])
+            if changed:
+                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                warnings.append(f"wiki '{wiki.name}' is stale ({shown} changed since the build: its passages may "
+                                f"not match the file now; run 'wikirag build {wiki.name}')")
+    return warnings
+
+
 def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None) -> Candidates:
     """The ranked lists' rows (wiki, layer, chunk, rank, score) as the fusion's input."""
-    wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
-    order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
+    if len(rows) == 1:  # one layer's list per wiki: already by wiki, then rank
+        wiki, layer, chunk, rank, score = rows[0]
+    else:
+        wiki, layer, chunk, rank, score = (np.concatenate(parts) for parts in zip(*rows)) if rows else [np.empty(0)] * 5
+        order = np.lexsort((rank, layer, wiki))  # rows by wiki, then layer, then rank
+        wiki, layer, chunk, rank, score = wiki[order], layer[order], chunk[order], rank[order], score[order]
     return Candidates(
         wikis=view.names, layers=LAYERS, weights=weights,
-        wiki=wiki[order].astype(np.int64), layer=layer[order].astype(np.int64), chunk=chunk[order].astype(np.int64),
-        rank=rank[order].astype(np.int64), score=score[order].astype(np.float64),
-        term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
+        wiki=wiki.astype(np.int64, copy=False), layer=layer.astype(np.int64, copy=False),
+        chunk=chunk.astype(np.int64, copy=False), rank=rank.astype(np.int64, copy=False),
+        score=score.astype(np.float64, copy=False), term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
     )
 
 

@@ -10,10 +10,13 @@ patterns (fnmatch on the path relative to the root, where ``*`` also matches ``/
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 from .wiki import Wiki
 
@@ -25,9 +28,13 @@ class SourceFile:
     """A candidate markdown file: its path relative to the root (``/``-separated) and its stat."""
 
     path: str
-    abspath: Path
+    location: str  # the file's path on disk (a str: a Path per file costs more than its stat)
     size: int
     mtime_ns: int
+
+    @property
+    def abspath(self) -> Path:
+        return Path(self.location)
 
 
 @dataclass(frozen=True)
@@ -43,14 +50,7 @@ class Discovery:
     root: Path
     files: list[SourceFile]
     skipped: list[Skipped]
-
-
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
+    folders: dict[str, list] = field(default_factory=dict)  # walked folder -> [mtime_ns, listing digest]
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -80,58 +80,87 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def _candidates(root: Path, pattern: str | None, skipped: list[Skipped]) -> list[Path]:
-    """Walk ``root`` without following symlinked folders; keep markdown files matching ``pattern``."""
+def listing_digest(names: list[str]) -> str:
+    """A short digest of a folder's listing as a build sees it (its markdown files and sub-folders)."""
+    return hashlib.sha1("\n".join(sorted(names)).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _listed(name: str, is_dir: bool) -> bool:
+    return not name.startswith(".") and (is_dir or name.lower().endswith(MARKDOWN_SUFFIXES))
+
+
+def folder_listing(folder: Path) -> list[str]:
+    """The names in ``folder`` that a build looks at (markdown files and sub-folders, not hidden ones)."""
+    with os.scandir(folder) as entries:
+        return [e.name for e in entries if _listed(e.name, e.is_dir(follow_symlinks=False))]
+
+
+def _walk(root: Path, pattern: str | None, skipped: list[Skipped],
+          folders: dict[str, list]) -> list[tuple[str, os.DirEntry]]:
+    """Walk ``root`` without following symlinked folders; keep markdown files matching ``pattern``.
+    ``folders`` receives each walked folder's ``[mtime_ns, listing digest]`` (by path relative to root)."""
     wanted = glob_regex(pattern) if pattern is not None else None
-    found: list[Path] = []
-    for folder, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(folder)
-        keep = []
-        for name in sorted(dirnames):
-            if name.startswith("."):
+    found: list[tuple[str, os.DirEntry]] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        folder = os.path.join(root, rel_dir) if rel_dir else str(root)
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(Skipped(rel_dir or ".", f"cannot read folder: {exc.strerror or exc}"))
+            continue
+        names, subdirs = [], []
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue
-            if (here / name).is_symlink():
-                rel = (here / name).relative_to(root).as_posix()
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                names.append(entry.name)
+                subdirs.append(rel)
+            elif entry.is_symlink() and entry.is_dir():
+                names.append(entry.name)
                 skipped.append(Skipped(rel, "symlinked folder: not followed"))
-                continue
-            keep.append(name)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            if name.startswith(".") or not name.lower().endswith(MARKDOWN_SUFFIXES):
-                continue
-            if wanted is None or wanted.match((here / name).relative_to(root).as_posix()):
-                found.append(here / name)
-    return found
+            elif entry.name.lower().endswith(MARKDOWN_SUFFIXES):
+                names.append(entry.name)
+                if wanted is None or wanted.match(rel):
+                    found.append((rel, entry))
+        folders[rel_dir] = [mtime, listing_digest(names)]
+        stack.extend(reversed(subdirs))
+    return found  # depth first, sorted within each folder: as os.walk(topdown=True) with sorted names
 
 
 def discover(wiki: Wiki) -> Discovery:
-    """List the files a build would read, and those it leaves out with a reason."""
+    """List the files a build would read, and those it leaves out with a reason (one ``stat`` a file)."""
     spec = wiki.source_spec()
     root = spec.root
     skipped: list[Skipped] = []
     if not root.is_dir():
         return Discovery(root, [], [Skipped(str(root), "source folder does not exist")])
     files: list[SourceFile] = []
+    folders: dict[str, list] = {}
     meta, exclude = wiki.manifest.meta_files, wiki.manifest.exclude
-    for path in _candidates(root, spec.pattern, skipped):
-        rel = path.relative_to(root).as_posix()
+    real_root = os.path.realpath(root)
+    for rel, entry in _walk(root, spec.pattern, skipped, folders):
         if any(fnmatch.fnmatchcase(rel, pattern) for pattern in exclude):
             continue
-        if any(fnmatch.fnmatchcase(path.name, pattern) for pattern in meta):
+        if any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in meta):
             skipped.append(Skipped(rel, "meta file"))
             continue
-        if path.is_symlink() and not _inside(path.resolve(), root):
+        if entry.is_symlink() and not os.path.realpath(entry.path).startswith(real_root + os.sep):
             skipped.append(Skipped(rel, "symlink leads outside the source root: not followed"))
             continue
         try:
-            stat = path.stat()
+            stat = entry.stat()
         except OSError as exc:
             skipped.append(Skipped(rel, f"cannot read: {exc.strerror or exc}"))
             continue
-        if not path.is_file():
+        if not S_ISREG(stat.st_mode):
             continue
-        files.append(SourceFile(rel, path, stat.st_size, stat.st_mtime_ns))
-    return Discovery(root, files, skipped)
+        files.append(SourceFile(rel, entry.path, stat.st_size, stat.st_mtime_ns))
+    return Discovery(root, files, skipped, folders)
 
 
 def decode(data: bytes) -> tuple[str | None, str | None]:
@@ -142,3 +171,39 @@ def decode(data: bytes) -> tuple[str | None, str | None]:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return None, f"not UTF-8 (byte {exc.start}): convert it to UTF-8"
+
+
+def folders_changed(wiki: Wiki, manifest: dict) -> list[str]:
+    """The source folders whose listing changed since the build (a markdown file or sub-folder added,
+    removed or renamed in them): one ``stat`` per folder the build walked, and a listing of only those
+    whose mtime moved (an editor's swap file changes the mtime, not the listing) — no walk of the files.
+    A file edited in place is not seen here: :func:`files_changed` checks the files a query returns."""
+    root = wiki.source_spec().root
+    changed = []
+    for rel, (mtime_ns, digest) in (manifest.get("folders") or {}).items():
+        folder = root / rel if rel else root
+        try:
+            if os.stat(folder).st_mtime_ns == mtime_ns:
+                continue
+            if listing_digest(folder_listing(folder)) == digest:
+                continue
+        except OSError:
+            pass
+        changed.append(rel or ".")
+    return changed
+
+
+def files_changed(wiki: Wiki, sources: dict[str, tuple[int, int]], paths: Iterable[str]) -> list[str]:
+    """Of ``paths`` (source files of passages), those whose size or mtime differ from what the build
+    read (``sources``, :attr:`wikirag.chunkfile.ChunkTable.sources`), or that are gone: one ``stat`` each."""
+    root = wiki.source_spec().root
+    changed = []
+    for path in dict.fromkeys(paths):
+        try:
+            st = os.stat(root / path)
+            now = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            now = None
+        if now != sources.get(path):
+            changed.append(path)
+    return changed

@@ -4,8 +4,10 @@ Layout of ``wikis/<name>/.index/``::
 
     CURRENT              the id of the build that serves (replaced atomically with os.replace)
     lock                 held by a running build (flock), so two builds of one wiki never overlap
-    builds/<id>/         a finished build: manifest.json, chunks.jsonl, bm25/ (bm25s files),
-                         graph.json (the pages' links), dense/ (vectors, if the wiki has that layer)
+    builds/<id>/         a finished build: manifest.json, files.json (every source file's sha256, size,
+                         mtime, passages), passages/ (:mod:`wikirag.chunkfile`), bm25/ (bm25s's files
+                         plus term frequencies and token ids), graph.json (the pages' links),
+                         dense/ (vectors, if the wiki has that layer)
     tmp-<id>/            a build in progress; removed when it fails, swept by the next build if killed
 
 :func:`publish` has a build's files written into a new ``tmp-<id>`` folder, adds to its
@@ -39,18 +41,19 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from . import chunkfile
 from . import graph as graph_mod
 from .access import Level
 from .bm25 import BM25Layer
 from .dense import DenseInfo
 from .errors import BuildError, IndexMissing, LevelError
 from .graph import LinkGraph
-from .passage import Chunk
 from .wiki import Wiki
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5  # 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list
 BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
 # bumped by every build of this process, so in-process readers notice a swap at once
@@ -69,10 +72,23 @@ class LoadedIndex:
     wiki: str
     build_id: str
     manifest: dict
-    chunks: list[Chunk]
+    chunks: chunkfile.ChunkTable
     bm25: BM25Layer
     folder: Path
-    graph: LinkGraph
+
+    @cached_property
+    def level(self) -> Level | None:
+        """The level the build recorded (None if it records none it may be served under)."""
+        recorded = self.manifest.get("sensitivity")
+        try:
+            return Level.parse(recorded) if isinstance(recorded, str) else None
+        except LevelError:
+            return None
+
+    @cached_property
+    def graph(self) -> LinkGraph:
+        """The build's link graph (read on first use: only graph-layer queries and the portal need it)."""
+        return LinkGraph(*graph_mod.load_pages(self.folder), self.chunks)
 
     @property
     def dense(self) -> DenseInfo | None:
@@ -183,9 +199,24 @@ def manifest_digest(manifest: dict) -> str:
     return sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
 
-def read_chunks(path: Path) -> list[Chunk]:
-    with path.open(encoding="utf-8") as fh:
-        return [Chunk(**json.loads(line)) for line in fh]
+FILES = "files.json"
+
+
+def write_files(folder: Path, records: dict[str, dict]) -> None:
+    """Write a build's source-file records (path -> sha256, size, mtime_ns, chunks, skipped)."""
+    (folder / FILES).write_text(json.dumps(records, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+
+
+def read_files(folder: Path, manifest: dict | None = None) -> dict[str, dict]:
+    """A build's source-file records; with ``manifest``, checked against its checksum first
+    (:class:`ValueError` if it differs)."""
+    data = (folder / FILES).read_bytes()
+    if manifest is not None and sha256(data) != (manifest.get("checksums") or {}).get(FILES):
+        raise ValueError(f"{FILES} does not match its checksum")
+    records = json.loads(data)
+    if not isinstance(records, dict):
+        raise ValueError(f"{FILES} holds no file records")  # noqa: TRY004 - damaged content, as the checksum
+    return records
 
 
 def verify(wiki: Wiki, folder: Path, manifest: dict) -> None:
@@ -213,9 +244,14 @@ def load(wiki: Wiki) -> LoadedIndex:
         try:
             manifest = read_manifest(wiki, build_id)
             verify(wiki, folder, manifest)
-            chunks = read_chunks(folder / "chunks.jsonl")
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, BM25Layer.load(folder / "bm25"), folder,
-                               LinkGraph(*graph_mod.load_pages(folder), chunks))
+            try:
+                chunks = chunkfile.read(folder)
+                bm25 = BM25Layer.load(folder / "bm25")
+            except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
+                raise _damaged(wiki, f"its passages or BM25 files do not fit together: {exc}") from None
+            if bm25.num_docs != len(chunks):
+                raise _damaged(wiki, f"{bm25.num_docs} BM25 documents for {len(chunks)} passages")
+            return LoadedIndex(wiki.name, build_id, manifest, chunks, bm25, folder)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
