@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from wikirag import BuildError, IndexMissing, Workspace, build, store
+from wikirag import index as index_mod
 from wikirag.retrieval import search
 
 from .conftest import make_wiki
@@ -66,8 +67,19 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
         shutil.copytree(folder, backup)
         for path in files:
             _damage(path, how)
-            with pytest.raises(IndexMissing, match=f"damaged.*rebuild it with 'wikirag build {name}'"):
-                store.load(wiki)
+            damaged = f"damaged.*rebuild it with 'wikirag build {name}'"
+            rel = path.relative_to(folder).as_posix()
+            if rel == "graph.json":  # read (and checked) when a query first follows links
+                with pytest.raises(IndexMissing, match=damaged):
+                    store.load(wiki).graph  # noqa: B018
+            elif rel in store.NOT_READ_BY_QUERIES:  # read only by the next build, which checks them first
+                assert store.load(wiki).chunks
+                with pytest.raises(IndexMissing, match=damaged):
+                    store.verify(wiki, folder, json.loads((folder / "manifest.json").read_text()))
+                assert index_mod._previous(wiki).manifest is None  # so nothing of the build is reused
+            else:
+                with pytest.raises(IndexMissing, match=damaged):
+                    store.load(wiki)
             tried += 1
             shutil.rmtree(folder)
             shutil.copytree(backup, folder)

@@ -16,6 +16,7 @@ the text plus 56 bytes a passage.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,9 +33,14 @@ class ChunkTable(Sequence[Chunk]):
     """A build's passages, in index order. Read-only; indexing makes a :class:`Chunk`."""
 
     def __init__(self, table: np.ndarray, text: bytes, paths: list[str], headings: list[str],
-                 sources: dict[str, tuple[int, int]]):
+                 sizes: list[int], mtimes: list[int]):
         self.table, self.text, self.paths, self.headings = table, text, paths, headings
-        self.sources = sources  # path -> (size, mtime_ns) of the source file the build read
+        self._stats = (sizes, mtimes)
+
+    @functools.cached_property
+    def sources(self) -> dict[str, tuple[int, int]]:
+        """Path -> ``(size, mtime_ns)`` of each source file as the build read it (made on first use)."""
+        return {p: (s, m) for p, s, m in zip(self.paths, *self._stats)}
 
     def __len__(self) -> int:
         return len(self.table)
@@ -109,5 +115,6 @@ def read(folder: Path) -> ChunkTable:
                        or (table[:, _LO] > table[:, _HI]).any() or table[:, _LO].min() < 0
                        or table[:, _HI].max() > len(text)):
         raise ValueError(f"{FOLDER}/table.npy refers to paths, headings or text that are not there")
-    sources = {p: (s, m) for p, s, m in zip(paths, strings["size"], strings["mtime_ns"])}
-    return ChunkTable(table, text, paths, headings, sources)
+    if not len(strings["size"]) == len(strings["mtime_ns"]) == len(paths):
+        raise ValueError(f"{FOLDER}/strings.json has {len(paths)} paths but not as many sizes and mtimes")
+    return ChunkTable(table, text, paths, headings, strings["size"], strings["mtime_ns"])

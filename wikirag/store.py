@@ -53,6 +53,7 @@ from .errors import BuildError, IndexMissing, LevelError
 from .graph import LinkGraph
 from .wiki import Wiki
 
+FILES = "files.json"  # a build's source-file records
 FORMAT_VERSION = 5  # 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list
 BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
@@ -87,7 +88,14 @@ class LoadedIndex:
 
     @cached_property
     def graph(self) -> LinkGraph:
-        """The build's link graph (read on first use: only graph-layer queries and the portal need it)."""
+        """The build's link graph (read, and checked against its checksum, on first use: only graph-layer
+        queries and the portal need it). Raises :class:`IndexMissing` if it does not match."""
+        name = graph_mod.GRAPH_FILE
+        digest = (self.manifest.get("checksums") or {}).get(name)
+        path = self.folder / name
+        if digest is not None and sha256(path.read_bytes()) != digest:
+            raise IndexMissing(f"the index of wiki '{self.wiki}' is damaged ({name} does not match its checksum): "
+                               f"rebuild it with 'wikirag build {self.wiki}'")
         return LinkGraph(*graph_mod.load_pages(self.folder), self.chunks)
 
     @property
@@ -199,9 +207,6 @@ def manifest_digest(manifest: dict) -> str:
     return sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
 
-FILES = "files.json"
-
-
 def write_files(folder: Path, records: dict[str, dict]) -> None:
     """Write a build's source-file records (path -> sha256, size, mtime_ns, chunks, skipped)."""
     (folder / FILES).write_text(json.dumps(records, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
@@ -219,9 +224,15 @@ def read_files(folder: Path, manifest: dict | None = None) -> dict[str, dict]:
     return records
 
 
-def verify(wiki: Wiki, folder: Path, manifest: dict) -> None:
-    """Check every file the manifest lists against its checksum; a name leading out of the build (``..``,
-    absolute, a symlink) or a file that differs makes the build damaged (:class:`IndexMissing`)."""
+# files a query never reads: checked by the build that reuses them (tokens, file records) or when first
+# read (the link graph), not by every load
+NOT_READ_BY_QUERIES = frozenset({"bm25/tokens.npy", FILES, graph_mod.GRAPH_FILE})
+
+
+def verify(wiki: Wiki, folder: Path, manifest: dict, skip: frozenset[str] = frozenset()) -> None:
+    """Check every file the manifest lists against its checksum (those in ``skip`` only for where they
+    lead); a name leading out of the build (``..``, absolute, a symlink) or a file that differs makes the
+    build damaged (:class:`IndexMissing`)."""
     checksums = manifest.get("checksums")
     if not isinstance(checksums, dict):
         raise _damaged(wiki, "manifest.json lists no checksums")
@@ -230,7 +241,7 @@ def verify(wiki: Wiki, folder: Path, manifest: dict) -> None:
         path = folder / name
         if not os.path.realpath(path).startswith(real + os.sep) or path.is_symlink():
             raise _damaged(wiki, f"{name} leads out of its build")
-        if sha256(path.read_bytes()) != digest:
+        if name not in skip and sha256(path.read_bytes()) != digest:
             raise _damaged(wiki, f"{name} does not match its checksum")
 
 
@@ -243,7 +254,7 @@ def load(wiki: Wiki) -> LoadedIndex:
         folder = build_folder(wiki, build_id)
         try:
             manifest = read_manifest(wiki, build_id)
-            verify(wiki, folder, manifest)
+            verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES)
             try:
                 chunks = chunkfile.read(folder)
                 bm25 = BM25Layer.load(folder / "bm25")
