@@ -244,4 +244,5 @@ def test_freshness_on_the_query_path_needs_no_walk_and_ignores_what_a_build_igno
 def index_mod_files_changed(wiki, loaded) -> list[str]:
     from wikirag.sources import files_changed
 
-    return files_changed(wiki, loaded.chunks.sources, [c.path for c in loaded.chunks])
+    stats = loaded.chunks.source_stats(range(len(loaded.chunks)))
+    return files_changed(wiki, stats, stats)

@@ -16,9 +16,8 @@ the text plus 56 bytes a passage.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +36,14 @@ class ChunkTable(Sequence[Chunk]):
         self.table, self.text, self.paths, self.headings = table, text, paths, headings
         self._stats = (sizes, mtimes)
 
-    @functools.cached_property
-    def sources(self) -> dict[str, tuple[int, int]]:
-        """Path -> ``(size, mtime_ns)`` of each source file as the build read it (made on first use)."""
-        return {p: (s, m) for p, s, m in zip(self.paths, *self._stats)}
+    def source_stats(self, ids: Iterable[int]) -> dict[str, tuple[int, int]]:
+        """For the passages ``ids``: path -> ``(size, mtime_ns)`` of its source file as the build read it."""
+        sizes, mtimes = self._stats
+        out = {}
+        for i in ids:
+            n = int(self.table[i, _PATH])
+            out[self.paths[n]] = (sizes[n], mtimes[n])
+        return out
 
     def __len__(self) -> int:
         return len(self.table)

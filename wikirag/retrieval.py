@@ -244,7 +244,8 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     else:
         seeds = []
     passages = []
-    for rank, hit in enumerate(method.fuse(candidates, k), start=1):
+    fused = method.fuse(candidates, k)
+    for rank, hit in enumerate(fused, start=1):
         c = view.chunks[hit.wiki][hit.id]
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
@@ -252,7 +253,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             via = tuple(graph.path([s for s, _ in seeds], node))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions, via))
-    warnings += _edited_since_build(comp, view, passages)
+    warnings += _edited_since_build(comp, view, fused)
     hint = None
     if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
@@ -261,16 +262,17 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
                         [w.name for w in comp.wikis])
 
 
-def _edited_since_build(comp: Composition, view: Composed, passages: list[Passage]) -> list[str]:
+def _edited_since_build(comp: Composition, view: Composed, hits: list[Fused]) -> list[str]:
     """A stale warning per wiki whose returned passages come from files changed since its build (one
     ``stat`` per file returned; see :mod:`wikirag.cache` for the rest of freshness)."""
     warnings = []
-    by_wiki: dict[str, list[str]] = {}
-    for p in passages:
-        by_wiki.setdefault(p.wiki, []).append(p.path)
+    by_wiki: dict[str, list[int]] = {}
+    for hit in hits:
+        by_wiki.setdefault(hit.wiki, []).append(hit.id)
     for wiki in comp.wikis:
         if wiki.name in by_wiki:
-            changed = sources.files_changed(wiki, view.chunks[wiki.name].sources, by_wiki[wiki.name])
+            stats = view.chunks[wiki.name].source_stats(by_wiki[wiki.name])
+            changed = sources.files_changed(wiki, stats, stats)
             if changed:
                 shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
                 warnings.append(f"wiki '{wiki.name}' is stale ({shown} changed since the build: its passages may "
