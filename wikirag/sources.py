@@ -195,12 +195,12 @@ def folders_changed(wiki: Wiki, manifest: dict) -> list[str]:
 
 def files_changed(wiki: Wiki, sources: dict[str, tuple[int, int]], paths: Iterable[str]) -> list[str]:
     """Of ``paths`` (source files of passages), those whose size or mtime differ from what the build
-    read (``sources``, :attr:`wikirag.chunkfile.ChunkTable.sources`), or that are gone: one ``stat`` each."""
-    root = wiki.source_spec().root
+    read (``sources``, from :meth:`wikirag.chunkfile.ChunkTable.source_stats`), or that are gone: one ``stat`` each."""
+    root = wiki.source_root
     changed = []
     for path in dict.fromkeys(paths):
         try:
-            st = os.stat(root / path)
+            st = os.stat(os.path.join(root, path))
             now = (st.st_size, st.st_mtime_ns)
         except OSError:
             now = None

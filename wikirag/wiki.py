@@ -147,6 +147,12 @@ class Wiki:
         """Path of ``.index/CURRENT`` as a string (checked on every query: kept cheap)."""
         return os.path.join(self.folder, INDEX_DIR_NAME, "CURRENT")
 
+    @functools.cached_property
+    def source_root(self) -> str:
+        """The source root as a string, resolved once per loaded wiki: for the cheap freshness checks of
+        the query path (builds resolve :meth:`source_spec` anew)."""
+        return str(self.source_spec().root)
+
     @classmethod
     def load(cls, folder: Path) -> Wiki:
         """Load ``folder/.wiki.yaml``; the manifest's name must equal the folder name."""
