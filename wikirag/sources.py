@@ -13,6 +13,7 @@ import fnmatch
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,17 +194,29 @@ def folders_changed(wiki: Wiki, manifest: dict) -> list[str]:
     return changed
 
 
+STAT_SECONDS = 1.0  # a file's stat is reused this long by the query path's freshness check
+_stats: dict[str, tuple[float, tuple[int, int] | None]] = {}  # full path -> (when, (size, mtime_ns) or None)
+
+
 def files_changed(wiki: Wiki, sources: dict[str, tuple[int, int]], paths: Iterable[str]) -> list[str]:
     """Of ``paths`` (source files of passages), those whose size or mtime differ from what the build
-    read (``sources``, from :meth:`wikirag.chunkfile.ChunkTable.source_stats`), or that are gone: one ``stat`` each."""
+    read (``sources``, from :meth:`wikirag.chunkfile.ChunkTable.source_stats`), or that are gone: one
+    ``stat`` per file, reused for :data:`STAT_SECONDS` (an edit is seen within a second)."""
     root = wiki.source_root
+    now = time.monotonic()
+    if len(_stats) > 100_000:
+        _stats.clear()
     changed = []
     for path in dict.fromkeys(paths):
-        try:
-            st = os.stat(os.path.join(root, path))
-            now = (st.st_size, st.st_mtime_ns)
-        except OSError:
-            now = None
-        if now != sources.get(path):
+        full = os.path.join(root, path)
+        seen = _stats.get(full)
+        if seen is None or now - seen[0] >= STAT_SECONDS:
+            try:
+                st = os.stat(full)
+                seen = (now, (st.st_size, st.st_mtime_ns))
+            except OSError:
+                seen = (now, None)
+            _stats[full] = seen
+        if seen[1] != sources.get(path):
             changed.append(path)
     return changed
