@@ -262,7 +262,15 @@ def test_portal_lists_status_and_rebuilds(app_home: Path) -> None:
     at.selectbox[0].select("brewing")
     at.button[0].click().run()
     assert not at.exception
-    assert any("brewing: " in s.label and ("built" in s.label or "up to date" in s.label) for s in at.status)
+
+    def ended() -> bool:
+        return any("brewing: " in s.label and ("built" in s.label or "up to date" in s.label) for s in at.status)
+
+    deadline = time.monotonic() + 60  # the build runs in the background: the page shows its end when it comes
+    while not ended() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert ended() and not at.exception
     public = _app(app_home, PUBLIC, "pages/portal.py")
     assert not public.main.button  # no rebuild for users who may not build (the sidebar has "Sign out")
 
