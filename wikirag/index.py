@@ -1,12 +1,15 @@
 """Building a wiki's index: read the sources, chunk what changed, write the layers; and fresh/stale status.
 
-A build reads every source file (:mod:`wikirag.sources`), reuses the passages and links of files whose
-content did not change and chunks the rest (:mod:`wikirag.chunking`, :mod:`wikirag.page`,
-:mod:`wikirag.links`), then writes the BM25 layer, the link graph, the dense layer (if the wiki has
-one) and the passages into a new build that :func:`wikirag.store.publish` makes serve atomically.
+A build reads every source file (:mod:`wikirag.sources`), reuses the passages, links and token ids of
+files whose content did not change and chunks and tokenises only the rest (:mod:`wikirag.chunking`,
+:mod:`wikirag.page`, :mod:`wikirag.links`), then computes the BM25 layer from the token ids
+(:meth:`wikirag.bm25.BM25Layer.build_from_ids`: proportional to the passages, not to re-tokenising
+them) and writes it, the link graph, the dense layer (if the wiki has one) and the passages
+(:mod:`wikirag.chunkfile`) into a new build that :func:`wikirag.store.publish` makes serve atomically.
 ``manifest.json`` records the format version, the wikirag and bm25s versions, the tokenizer, BM25 and
-chunking settings and every source file's sha256, size, mtime and chunk count: :func:`status` compares
-them with the sources as they are now.
+chunking settings and the mtime and listing of every source folder walked (the query path's freshness
+check, :func:`wikirag.sources.folders_changed`); ``files.json`` every source file's sha256, size, mtime
+and chunk count: :func:`status` compares them with the sources as they are now.
 
 The work per file is bounded before anything is parsed: a file over ``chunking.max_file_mb`` is not
 read, and a file with more than :data:`wikirag.chunking.MAX_BLOCKS` lines that may start a markdown block
