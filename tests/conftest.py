@@ -105,6 +105,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_healthy(url: str, server: subprocess.Popen, output, seconds: float = 60) -> None:
+    """Wait until the Streamlit server at ``url`` answers its health check with "ok"; fail with the
+    server's ``output()`` if it exits first, or if it does not answer within ``seconds``."""
+    import time
+    import urllib.request
+
+    started = time.monotonic()
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
+                if response.status == 200 and response.read().decode() == "ok":
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, output()
+        assert time.monotonic() - started < seconds, f"the app did not answer within {seconds:g} s:\n" + output()
+        time.sleep(0.2)
+
+
 MEMORY_PROBE = textwrap.dedent("""
     import json, sys, time
     from wikirag import Workspace, build

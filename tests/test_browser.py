@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 
 from wikirag import Workspace, build
 
-from .conftest import free_port
+from .conftest import free_port, wait_until_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -69,17 +68,7 @@ def _serve(home: Path, how: str) -> Iterator[str]:
                               start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        started = time.monotonic()
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, server.stdout.read().decode()
-            assert time.monotonic() - started < 60, "the app did not start within 60 s"
-            time.sleep(0.2)
+        wait_until_healthy(url, server, lambda: "" if server.poll() is None else server.stdout.read().decode())
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)

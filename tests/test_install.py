@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from .conftest import free_port, wait_until_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 APP_FILES = {f"wikirag/webapp/{name}.py" for name in ("__init__", "router", "ui", "signin", "chat", "compare",
@@ -139,17 +138,7 @@ def test_wikirag_app_serves_from_any_folder(venv: Path, outside: tuple[Path, dic
                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        started = time.monotonic()
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
-                    if response.read().decode() == "ok":
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, log.read_text()
-            assert time.monotonic() - started < 60, "the app did not answer within 60 s:\n" + log.read_text()
-            time.sleep(0.2)
+        wait_until_healthy(url, server, log.read_text)
         with urllib.request.urlopen(url, timeout=10) as response:
             assert response.status == 200 and b"<html" in response.read().lower()
         # wikirag app became `python -m streamlit run <the installed router>`, with config.toml's settings as flags

@@ -101,8 +101,9 @@ class BM25Layer:
     @classmethod
     def build(cls, token_lists: list[list[str]], folder: Path) -> BM25Layer:
         """Index ``token_lists`` (one per chunk) and save the files into ``folder``."""
-        vocab, ids, lengths = encode(token_lists)
-        return cls.build_from_ids(ids, lengths, vocab, folder)
+        vocab: dict[str, int] = {}
+        ids, lengths = encode(token_lists, vocab)
+        return cls.build_from_ids(ids, lengths, words_of(vocab), folder)
 
     @classmethod
     def build_from_ids(cls, ids: np.ndarray, lengths: np.ndarray, vocab: Sequence[str], folder: Path) -> BM25Layer:
@@ -137,8 +138,9 @@ class BM25Layer:
         np.save(folder / "indices.csc.index.npy", indices)
         np.save(folder / "indptr.csc.index.npy", indptr)
         vocab_ids = {t: i for i, t in enumerate(vocab)}
-        vocab_ids.setdefault("", n_vocab)  # bm25s's empty token, scored for chunks without any token
-        (folder / "vocab.index.json").write_text(json.dumps(vocab_ids, ensure_ascii=False), encoding="utf-8")
+        # bm25s's empty token, scored for chunks without any token
+        saved = vocab_ids if "" in vocab_ids else {**vocab_ids, "": n_vocab}
+        (folder / "vocab.index.json").write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
         params = {**BM25_PARAMS, "delta": 0.5, "idf_method": BM25_PARAMS["method"], "dtype": "float32",
                   "int_dtype": "int32", "num_docs": n_docs, "version": bm25s_version(), "backend": "numpy"}
         (folder / "params.index.json").write_text(json.dumps(params, indent=4), encoding="utf-8")
@@ -147,13 +149,11 @@ class BM25Layer:
         np.save(folder / "tf.npy", tf32)
         np.save(folder / "doc_lengths.npy", doc_len)
         np.save(folder / TOKENS, ids.astype(np.int32))
-        return cls({t: i for i, t in enumerate(vocab)}, data, indices, indptr, tf32, doc_len)
+        return cls(vocab_ids, data, indices, indptr, tf32, doc_len)
 
     @classmethod
     def load(cls, folder: Path) -> BM25Layer:
-        vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
-        vocab.pop("", None)  # bm25s adds "" for empty docs
-        return cls(vocab, np.load(folder / "data.csc.index.npy"), np.load(folder / "indices.csc.index.npy"),
+        return cls(_read_vocab(folder), np.load(folder / "data.csc.index.npy"), np.load(folder / "indices.csc.index.npy"),
                    np.load(folder / "indptr.csc.index.npy"), np.load(folder / "tf.npy"),
                    np.load(folder / "doc_lengths.npy"))
 
@@ -161,25 +161,31 @@ class BM25Layer:
 TOKENS = "tokens.npy"
 
 
-def encode(token_lists: Sequence[Sequence[str]], vocab: dict[str, int] | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Token lists as ids: ``(vocabulary, ids end to end, lengths)``. ``vocab`` (token → id) is extended
-    in place with new tokens, in order of first appearance; the returned vocabulary lists it by id."""
-    vocab = {} if vocab is None else vocab
+def encode(token_lists: Sequence[Sequence[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists as ``(ids end to end, lengths)``; ``vocab`` (token → id) is extended in place with new
+    tokens, in order of first appearance."""
     ids = [vocab.setdefault(t, len(vocab)) for tokens in token_lists for t in tokens]
+    return np.array(ids, dtype=np.int64), np.array([len(t) for t in token_lists], dtype=np.int64)
+
+
+def words_of(vocab: dict[str, int]) -> list[str]:
+    """The tokens of a vocabulary (token → id, ids 0…n-1) listed by id."""
     words = [""] * len(vocab)
     for t, i in vocab.items():
         words[i] = t
-    return words, np.array(ids, dtype=np.int64), np.array([len(t) for t in token_lists], dtype=np.int64)
+    return words
+
+
+def _read_vocab(folder: Path) -> dict[str, int]:
+    vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
+    vocab.pop("", None)  # bm25s adds "" for empty docs
+    return vocab
 
 
 def saved_tokens(folder: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
     """A saved build's ``(vocabulary, token ids end to end, lengths)``, as :meth:`BM25Layer.build_from_ids` takes them."""
-    vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
-    vocab.pop("", None)
-    words = [""] * len(vocab)
-    for t, i in vocab.items():
-        words[i] = t
-    return words, np.load(folder / TOKENS).astype(np.int64), np.load(folder / "doc_lengths.npy").astype(np.int64)
+    return (words_of(_read_vocab(folder)), np.load(folder / TOKENS).astype(np.int64),
+            np.load(folder / "doc_lengths.npy").astype(np.int64))
 
 
 def bm25s_version() -> str:

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import __version__, chunkfile, store
 from . import graph as graph_mod
-from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, saved_tokens, tokenize
+from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, encode, saved_tokens, tokenize, words_of
 from .chunking import ENCODING_NAME, MAX_BLOCKS, chunk_markdown, count_blocks
 from .dense import build_layer, passage_text
 from .errors import BuildError, EmbeddingError, IndexMissing
@@ -151,9 +151,9 @@ def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[l
 
     def flush() -> None:
         if fresh:
-            tokens = tokenize([passage_text(c) for c in fresh])
-            id_parts.append(np.array([vocab.setdefault(t, len(vocab)) for doc in tokens for t in doc], dtype=np.int64))
-            length_parts.append(np.array([len(doc) for doc in tokens], dtype=np.int64))
+            ids, lengths = encode(tokenize([passage_text(c) for c in fresh]), vocab)
+            id_parts.append(ids)
+            length_parts.append(lengths)
             fresh.clear()
 
     for path in sorted(got.chunks):
@@ -167,14 +167,11 @@ def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[l
         else:
             fresh.extend(path_chunks)
     flush()
-    words = [""] * len(vocab)
-    for t, i in vocab.items():
-        words[i] = t
     ids = np.concatenate(id_parts) if id_parts else np.empty(0, np.int64)
     lengths = np.concatenate(length_parts) if length_parts else np.empty(0, np.int64)
     if len(lengths) != len(chunks):  # pragma: no cover - a bug, never an input
         raise AssertionError(f"{len(lengths)} token lists for {len(chunks)} passages")
-    return words, ids, lengths
+    return words_of(vocab), ids, lengths
 
 
 def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], got: _Collected, prev: _Previous,

@@ -94,8 +94,7 @@ class LoadedIndex:
         digest = (self.manifest.get("checksums") or {}).get(name)
         path = self.folder / name
         if digest is not None and sha256(path.read_bytes()) != digest:
-            raise IndexMissing(f"the index of wiki '{self.wiki}' is damaged ({name} does not match its checksum): "
-                               f"rebuild it with 'wikirag build {self.wiki}'")
+            raise _damaged(self.wiki, f"{name} does not match its checksum")
         return LinkGraph(*graph_mod.load_pages(self.folder), self.chunks)
 
     @property
@@ -122,10 +121,10 @@ def current_build_id(wiki: Wiki) -> str | None:
         return None
 
 
-def _damaged(wiki: Wiki, why: str) -> IndexMissing:
-    """The error for a damaged or tampered index, with the fix."""
-    return IndexMissing(f"the index of wiki '{wiki.name}' is damaged ({why}): "
-                        f"rebuild it with 'wikirag build {wiki.name}'")
+def _damaged(wiki: Wiki | str, why: str) -> IndexMissing:
+    """The error for a damaged or tampered index of ``wiki`` (or the wiki of that name), with the fix."""
+    name = wiki if isinstance(wiki, str) else wiki.name
+    return IndexMissing(f"the index of wiki '{name}' is damaged ({why}): rebuild it with 'wikirag build {name}'")
 
 
 def build_folder(wiki: Wiki, build_id: str) -> Path:
