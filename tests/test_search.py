@@ -186,6 +186,36 @@ def test_each_wiki_keeps_its_own_top_with_ties_to_the_lower_chunk_id(monkeypatch
         assert mine == _top_by_brute_force(scores, merged.offsets, depth)
 
 
+def test_one_pass_over_all_wikis_equals_fusing_each_wikis_own_top() -> None:
+    # the fast path of score fusions (dfs, dfs-prior): the top k of scale[w]·score + offset[w] over all
+    # passages must be exactly the per-wiki top-k lists fused by that value: same rows, ranks and ties
+    from wikirag.fusion import Candidates, top_by_passage
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        sizes = rng.integers(0, int(rng.choice([8, 60, 700])), int(rng.integers(1, 40)))
+        merged = MergedBM25.__new__(MergedBM25)
+        merged.offsets = np.cumsum([0, *sizes.tolist()])
+        merged.doc_wiki = np.repeat(np.arange(len(sizes)), sizes)
+        scores = (rng.integers(0, int(rng.choice([2, 5, 1000])), int(merged.offsets[-1])) * 0.37).astype(np.float32)
+        scores[rng.random(len(scores)) < rng.random()] = 0
+        k = int(rng.choice([1, 2, 10, 100]))
+        scale = rng.choice([1.0, 0.5, 2.0], len(sizes)) if rng.random() < 0.5 else np.ones(len(sizes))
+        offset = -rng.random(len(sizes)) * rng.choice([0.0, 0.01, 5.0]) if rng.random() < 0.7 else np.zeros(len(sizes))
+        if rng.random() < 0.2:  # wikis with the same prior: ties across wikis go by wiki order
+            offset[:] = offset[0]
+        per_wiki = merged.top_per_wiki(scores, k)
+        c = Candidates(tuple(f"w{i}" for i in range(len(sizes))), ("bm25",), scale, per_wiki.wiki, per_wiki.wiki * 0,
+                       per_wiki.chunk, per_wiki.rank, per_wiki.score.astype(np.float64))
+        expected = top_by_passage(c, scale[c.wiki] * c.score + offset[c.wiki], k)
+        hits = merged.top_overall(scores, k, scale, offset)
+        fast = Candidates(c.wikis, c.layers, scale, hits.wiki, hits.wiki * 0, hits.chunk, hits.rank,
+                          hits.score.astype(np.float64))
+        got = top_by_passage(fast, scale[fast.wiki] * fast.score + offset[fast.wiki], k)
+        assert [(f.wiki, f.id, f.score, f.contributions) for f in got] == [
+            (f.wiki, f.id, f.score, f.contributions) for f in expected]
+
+
 @pytest.mark.parametrize("fusion", ["dfs-prior", "dfs", "rrf"])
 def test_a_tie_at_the_cut_keeps_the_lower_chunk_ids(home: Path, fusion: str) -> None:
     # twelve passages with the same text score the same: the top 3 are the first three chunks
@@ -216,9 +246,12 @@ def test_every_search_is_in_the_audit_log_when_it_returns(built: Workspace, home
         try:
             for i in range(15):
                 search(built, "team", f"compost {i}", clearance="internal", user=user)
-                seen = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+                # written before search returned: in the log, or in a backup if other threads rotated it since
+                # (read newest first: a rotation while reading moves records towards the older files)
+                seen = [json.loads(line) for f in [log] + [log.with_name(f"audit.jsonl.{n}") for n in range(1, audit.BACKUPS + 1)]
+                        if f.exists() for line in f.read_text(encoding="utf-8").splitlines()]
                 assert any(e["user"] == user and e["question_sha256"] == audit.question_hash(f"compost {i}")
-                           for e in seen)  # written before search returned (the rotated-away ones are older)
+                           for e in seen)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 

@@ -153,7 +153,9 @@ class BM25Layer:
 
     @classmethod
     def load(cls, folder: Path) -> BM25Layer:
-        return cls(_read_vocab(folder), np.load(folder / "data.csc.index.npy"), np.load(folder / "indices.csc.index.npy"),
+        # doc ids as int64 in memory: numpy fancy-indexes with intp, so int32 ids would be converted on every query
+        return cls(_read_vocab(folder), np.load(folder / "data.csc.index.npy"),
+                   np.load(folder / "indices.csc.index.npy").astype(np.int64),
                    np.load(folder / "indptr.csc.index.npy"), np.load(folder / "tf.npy"),
                    np.load(folder / "doc_lengths.npy"))
 
@@ -214,6 +216,7 @@ class MergedBM25:
         self.num_docs = int(self.offsets[-1])
         self.doc_len = np.concatenate([layer.doc_len for layer in layers])
         self.wiki_tokens = np.array([layer.doc_len.sum() for layer in layers], dtype=np.float64)
+        self.doc_wiki = np.repeat(np.arange(len(layers), dtype=np.int64), np.diff(self.offsets))  # each doc's wiki
         if len(layers) == 1:  # nothing to merge: share the arrays
             only = layers[0]
             self.vocab, self.data, self.indices, self.indptr, self.tf = (
@@ -326,6 +329,40 @@ class MergedBM25:
             empty = np.empty(0, dtype=np.int64)
             return LayerHits(empty, empty, empty, np.empty(0, dtype=np.float32))
         return self.top_per_wiki(self.scores(cols, scoring), depth)
+
+    def top_overall(self, scores: np.ndarray, k: int, scale: np.ndarray, offset: np.ndarray) -> LayerHits:
+        """The ``k`` documents with a non-zero score of highest ``scale[w] · score + offset[w]`` (``w`` a
+        document's wiki, ``scale`` > 0) over all wikis, as :class:`LayerHits` with each one's rank within
+        its wiki — the same rows as :meth:`top_per_wiki` with depth ``k`` gives, fused by that value and cut
+        to ``k``, in one pass over the documents instead of a cut per wiki.
+
+        Ties: wiki order, then lower chunk id (what fusing the per-wiki lists gives). ``scale`` > 0 keeps
+        each wiki's documents in their order, so everything ranked above a winner in its wiki is a winner
+        too and its rank is its place among its wiki's winners.
+        """
+        scale, offset = np.asarray(scale, dtype=np.float64), np.asarray(offset, dtype=np.float64)
+        docs = np.flatnonzero(scores != 0)
+        values = scores[docs]
+        if len(docs) > k > 0:
+            # the best k by score alone (a few more at the cut) bound the answer from below: the k-th best
+            # fused value among them is at most the k-th best of all, so a winner's score is at least
+            # (that value − offset[w]) / scale[w] for its wiki w; keep the documents that reach the lowest
+            # such score (with slack for rounding: a superset, compared exactly below)
+            first = np.flatnonzero(values >= self._cuts(values, np.array([len(values)]), k)[0])
+            w = self.doc_wiki[docs[first]]
+            f = scale[w] * values[first].astype(np.float64) + offset[w]
+            floor = np.partition(f, len(f) - k)[len(f) - k]
+            need = float(((floor - offset) / scale).min())
+            keep = values >= need - abs(need) * 1e-6 - 1e-12
+            docs, values = docs[keep], values[keep]
+        wiki = self.doc_wiki[docs]
+        fused = scale[wiki] * values.astype(np.float64) + offset[wiki]
+        best = np.lexsort((docs, -fused))[:k]  # docs are wiki-major: ties go by wiki, then chunk id
+        docs, values, wiki = docs[best], values[best], wiki[best]
+        order = np.argsort(wiki, kind="stable")  # grouped by wiki, best first within each
+        docs, values, wiki = docs[order], values[order], wiki[order]
+        rank = np.arange(len(docs)) - np.searchsorted(wiki, wiki) + 1
+        return LayerHits(wiki, docs - self.offsets[wiki], rank, values)
 
     def top_per_wiki(self, scores: np.ndarray, depth: int) -> LayerHits:
         """Each wiki's top ``depth`` documents with a non-zero score, grouped by wiki, best first (ties:

@@ -20,12 +20,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
 
 from . import sources, store
 from .bm25 import MergedBM25
 from .graph import ComposedGraph
 from .store import LoadedIndex
 from .wiki import Wiki
+
+T = TypeVar("T")
 
 
 class Composed:
@@ -63,6 +66,7 @@ class IndexCache:
         self._entries: dict[str, tuple[tuple | None, int, float, LoadedIndex, list[str]]] = {}
         self._fresh_at: dict[str, float] = {}  # pointer path -> when its folders were last compared
         self._views: OrderedDict[tuple, Composed] = OrderedDict()
+        self._serving: OrderedDict[tuple, tuple] = OrderedDict()  # see serving()
         self._max_views = max_views
         self.recheck_seconds = recheck_seconds
         self.freshness_seconds = freshness_seconds
@@ -116,6 +120,26 @@ class IndexCache:
         return [(f"wiki '{wiki.name}' is stale (files were added, removed or renamed in {shown} since the build: "
                  f"run 'wikirag build {wiki.name}')")]
 
+    def serving(self, wikis: tuple[Wiki, ...], make: Callable[[], T]) -> T:
+        """``make()`` — what a query derives from :meth:`get` of each of these wikis — made again only
+        when a build swapped in (in this process) or ``recheck_seconds`` passed, the window in which
+        :meth:`get` would answer the same anyway. Keyed by the very wiki objects (a changed manifest is a
+        new object), so a composition of 50 wikis costs one lookup per query, not 50."""
+        key = tuple(map(id, wikis))
+        now = self._clock()
+        hit = self._serving.get(key)
+        if (hit is not None and hit[0] == store.build_generation and now - hit[1] < self.recheck_seconds
+                and all(a is b for a, b in zip(hit[2], wikis))):
+            return hit[3]
+        generation = store.build_generation
+        value = make()
+        with self._lock:
+            self._serving[key] = (generation, now, wikis, value)
+            self._serving.move_to_end(key)
+            while len(self._serving) > self._max_views:
+                self._serving.popitem(last=False)
+        return value
+
     def merged(self, indexes: list[LoadedIndex]) -> Composed:
         """The merged view of these exact builds (cached; a new build makes a new view)."""
         key = tuple([idx.build_id for idx in indexes])
@@ -134,6 +158,7 @@ class IndexCache:
             self._entries.clear()
             self._fresh_at.clear()
             self._views.clear()
+            self._serving.clear()
 
 
 DEFAULT_CACHE = IndexCache()  # the process's cache, used when a query passes none

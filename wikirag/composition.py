@@ -20,9 +20,11 @@ each wiki keeps its own index.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from . import fusion
@@ -102,6 +104,26 @@ class Composition:
 
     def weight(self, wiki: str) -> float:
         return self.spec.weights.get(wiki, 1.0)
+
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        """The wikis' names, in order (made once: a query of 50 wikis looks at them several times)."""
+        return tuple(w.name for w in self.wikis)
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, Wiki]:
+        return dict(zip(self.names, self.wikis))
+
+    def per_wiki(self, names: tuple[str, ...]) -> tuple[np.ndarray, tuple]:
+        """For these of its wikis: their fusion weights as an array and their graph layers' settings
+        (kept per tuple of names: read-only; a query of 50 wikis would otherwise look them up each time)."""
+        cache = self.__dict__.setdefault("_per_wiki", {})
+        got = cache.get(names)
+        if got is None:
+            weights = np.array([self.weight(n) for n in names], dtype=np.float64)
+            weights.flags.writeable = False
+            got = cache[names] = (weights, tuple(self.by_name[n].manifest.layers.graph for n in names))
+        return got
 
     @property
     def fusion(self) -> fusion.FusionMethod:

@@ -58,6 +58,8 @@ class Candidates:
     # and each wiki's total number of tokens
     term_counts: np.ndarray | None = None
     wiki_tokens: np.ndarray | None = None
+    # log P(wiki | query) when already computed from these statistics (:func:`wiki_log_prior`)
+    wiki_prior: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,11 @@ class FusionMethod:
 
     ``depth(k)``: how many hits each list must supply for an exact top ``k``. ``scoring``: whether the
     BM25 lists are scored with each wiki's own statistics (``local``) or the composition's
-    (``global``). ``term_stats``: whether the method needs ``Candidates.term_counts``.
+    (``global``). ``term_stats``: whether the method needs ``Candidates.term_counts``. ``linear``: for
+    a method that, on one list per wiki, fuses a hit as ``scale[w] · score + offset[w]`` (``scale`` > 0),
+    those two arrays from the candidates' statistics (no rows needed): the fused top ``k`` is then the
+    top ``k`` of all passages by that value, found in one pass (:meth:`wikirag.bm25.MergedBM25.top_overall`)
+    instead of a top-``depth`` list per wiki.
     """
 
     name: str
@@ -88,6 +94,7 @@ class FusionMethod:
     description: str
     scoring: str = "local"
     term_stats: bool = False
+    linear: Callable[[Candidates], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 FUSIONS: dict[str, FusionMethod] = {}
@@ -96,11 +103,12 @@ DIRICHLET_MU = 2000  # the usual Dirichlet smoothing constant of query-likelihoo
 
 
 def register(name: str, description: str, depth: Callable[[int], int] = lambda k: k, *,
-             scoring: str = "local", term_stats: bool = False):
+             scoring: str = "local", term_stats: bool = False,
+             linear: Callable[[Candidates], tuple[np.ndarray, np.ndarray]] | None = None):
     """Decorator: make ``fuse(candidates, k)`` available as fusion ``name``."""
 
     def wrap(fuse: FuseFn) -> FuseFn:
-        FUSIONS[name] = FusionMethod(name, fuse, depth, description, scoring, term_stats)
+        FUSIONS[name] = FusionMethod(name, fuse, depth, description, scoring, term_stats, linear)
         return fuse
 
     return wrap
@@ -204,7 +212,7 @@ def layer_values(c: Candidates) -> np.ndarray:
 
 
 @register("dfs", "BM25 with the composition's statistics, merged by score: equals one index over all the wikis",
-          scoring="global")
+          scoring="global", linear=lambda c: (c.weights, np.zeros(len(c.wikis))))
 def dfs(c: Candidates, k: int) -> list[Fused]:
     return top_by_passage(c, c.weights[c.wiki] * layer_values(c), k)
 
@@ -217,9 +225,15 @@ def wiki_log_prior(c: Candidates) -> np.ndarray:
     long query is not more certain than a short one) and normalised over the wikis with a uniform
     prior, so a wiki's size neither helps nor hurts. Only per-wiki term counts and sizes are used.
     """
-    counts, sizes = c.term_counts, c.wiki_tokens
-    if counts is None or sizes is None or counts.size == 0 or len(c.wikis) < 2:
-        return np.zeros(len(c.wikis))
+    if c.wiki_prior is not None:
+        return c.wiki_prior
+    return log_prior(c.term_counts, c.wiki_tokens, len(c.wikis))
+
+
+def log_prior(counts: np.ndarray | None, sizes: np.ndarray | None, wikis: int) -> np.ndarray:
+    """:func:`wiki_log_prior` from the statistics alone: ``counts`` (terms × wikis) and ``sizes``."""
+    if counts is None or sizes is None or counts.size == 0 or wikis < 2:
+        return np.zeros(wikis)
     background = counts.sum(axis=1) / sizes.sum()
     loglik = np.log((counts + DIRICHLET_MU * background[:, None]) / (sizes[None, :] + DIRICHLET_MU)).sum(axis=0)
     mean = loglik / counts.shape[0]
@@ -228,7 +242,7 @@ def wiki_log_prior(c: Candidates) -> np.ndarray:
 
 @register("dfs-prior",
           "dfs plus log P(wiki | query) from each wiki's language model: favours the wiki the question is about",
-          scoring="global", term_stats=True)
+          scoring="global", term_stats=True, linear=lambda c: (c.weights, wiki_log_prior(c)))
 def dfs_prior(c: Candidates, k: int) -> list[Fused]:
     # with dense lists only (no BM25), scores are cosines: a prior in nats would swamp them
     lexical = "bm25" in c.layers and bool((c.layer == c.layers.index("bm25")).any())

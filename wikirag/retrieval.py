@@ -28,6 +28,7 @@ from .fusion import Candidates, Fused
 from .graph import ComposedGraph
 from .passage import Passage
 from .store import LoadedIndex
+from .wiki import Wiki
 from .workspace import Workspace, audit_reason
 
 MAX_K = 1000
@@ -175,12 +176,12 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     started = time.perf_counter() if started is None else started
     question = check_question(question)
     levels = workspace.levels()
-    for wiki in comp.wikis:
-        level = levels.get(wiki.name, Level.RESTRICTED)
+    for name in comp.names:
+        level = levels.get(name, Level.RESTRICTED)
         if level > clearance:  # resolving checked the composition; a wiki raised since then is refused here
             refusal = NotFound(f"composition '{comp.name}' cannot be searched now: one of its wikis is not "
                                "available to you (it was changed since the composition was loaded): ask again")
-            refusal.reason = f"wiki '{wiki.name}' is {level}, above clearance {clearance}"
+            refusal.reason = f"wiki '{name}' is {level}, above clearance {clearance}"
             _refused(workspace, user, clearance, comp.name, refusal)
             raise refusal
     k = comp.k if k is None else k
@@ -193,46 +194,34 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if set(layers) == {"graph"}:
         raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
-    indexes: list[LoadedIndex] = []
-    warnings: list[str] = []
-    dense_builds = False  # whether a build has a dense layer (the dense lists are looked for only then)
-    for wiki in comp.wikis:
-        try:
-            loaded, index_warnings = cache.get(wiki)
-        except IndexMissing as exc:
-            warnings.append(str(exc))
-            continue
-        warnings += index_warnings
-        changed = store.level_change(loaded.manifest, wiki) if loaded.level != wiki.level else None
-        if changed:
-            warnings.append(f"wiki '{wiki.name}' changed level since it was indexed ({changed}); "
-                            f"it is treated as {wiki.level}: rebuild it to record the change")
-        if wiki.manifest.layers.dense is not None and loaded.dense is None and "dense" in layers:
-            warnings.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
-                            f"run 'wikirag build {wiki.name}'; searched with BM25 only")
-        indexes.append(loaded)
-        dense_builds = dense_builds or loaded.dense is not None
+    indexes, served_warnings, undense, dense_builds = cache.serving(comp.wikis, lambda: _serving(comp.wikis, cache))
+    warnings = served_warnings + (undense if "dense" in layers else [])
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     view = cache.merged(indexes)
     cols = view.bm25.columns(tokens)
-    served = set(view.names)
-    specs = [wiki.manifest.layers.graph for wiki in comp.wikis if wiki.name in served]
+    weights, specs = comp.per_wiki(view.names)
     use_graph = "graph" in layers and any(specs)
     # with the graph layer, every list is as deep as GRAPH_WINDOW whatever k: the within-wiki fusion of
     # a linked passage's ranks then does not depend on how many passages were asked for
     depth = max(method.depth(k), GRAPH_WINDOW) if use_graph else method.depth(k)
     rows = []
-    if "bm25" in layers:
-        hits = view.bm25.search_columns(cols, depth, method.scoring)
-        rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
-    if "dense" in layers and dense_builds:
-        rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
-    weights = np.array([comp.weight(name) for name in view.names], dtype=np.float64)
     # the wiki prior of one wiki is 0 whatever the counts: they are not gathered then
     term_counts = view.bm25.term_counts(cols) if method.term_stats and len(view.names) > 1 else None
-    candidates = _candidates(view, rows, weights, term_counts)
+    prior = fusion_mod.log_prior(term_counts, view.bm25.wiki_tokens, len(view.names)) if method.term_stats else None
+    dense = "dense" in layers and dense_builds
+    if "bm25" in layers and cols:
+        scores = view.bm25.scores(cols, method.scoring)
+        if method.linear is not None and not dense and not use_graph:  # one list per wiki, fused linearly
+            scale, offset = method.linear(_candidates(view, [], weights, term_counts, prior))
+            hits = view.bm25.top_overall(scores, k, scale, offset)
+        else:
+            hits = view.bm25.top_per_wiki(scores, depth)
+        rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
+    if dense:
+        rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
+    candidates = _candidates(view, rows, weights, term_counts, prior)
     graph = None
     if use_graph:
         graph = view.graph(tuple(spec is not None for spec in specs), tuple(bool(spec and spec.tags) for spec in specs))
@@ -241,7 +230,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         seeds = _seeds(view, first, specs, seed_count)
         if seeds:
             rows.append(_graph_rows(graph, seeds, specs, view.bm25.num_docs))
-            candidates = _candidates(view, rows, weights, term_counts)
+            candidates = _candidates(view, rows, weights, term_counts, prior)
     else:
         seeds = []
     passages = []
@@ -260,7 +249,32 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         hint = ("the question has only very common words (stopwords): add a specific term"
                 if not tokens else "no passage contains any of the question's terms: try other words")
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
-                        [w.name for w in comp.wikis])
+                        list(comp.names))
+
+
+def _serving(wikis: tuple[Wiki, ...], cache: IndexCache) -> tuple[list[LoadedIndex], list[str], list[str], bool]:
+    """The wikis' serving indexes, with the warnings about them; the warnings of wikis that declare a dense
+    layer their index lacks (for queries that use dense); whether any build has a dense layer (the dense
+    lists are looked for only then). Shared by the queries of a short window (:meth:`IndexCache.serving`)."""
+    indexes: list[LoadedIndex] = []
+    warnings: list[str] = []
+    undense: list[str] = []
+    for wiki in wikis:
+        try:
+            loaded, index_warnings = cache.get(wiki)
+        except IndexMissing as exc:
+            warnings.append(str(exc))
+            continue
+        warnings += index_warnings
+        changed = store.level_change(loaded.manifest, wiki) if loaded.level != wiki.level else None
+        if changed:
+            warnings.append(f"wiki '{wiki.name}' changed level since it was indexed ({changed}); "
+                            f"it is treated as {wiki.level}: rebuild it to record the change")
+        if wiki.manifest.layers.dense is not None and loaded.dense is None:
+            undense.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
+                           f"run 'wikirag build {wiki.name}'; searched with BM25 only")
+        indexes.append(loaded)
+    return indexes, warnings, undense, any(idx.dense is not None for idx in indexes)
 
 
 def _edited_since_build(comp: Composition, view: Composed, hits: list[Fused]) -> list[str]:
@@ -272,19 +286,20 @@ def _edited_since_build(comp: Composition, view: Composed, hits: list[Fused]) ->
     by_wiki: dict[str, list[int]] = {}
     for hit in hits[:CHECKED_FOR_EDITS]:
         by_wiki.setdefault(hit.wiki, []).append(hit.id)
-    for wiki in comp.wikis:
-        if wiki.name in by_wiki:
-            stats = view.chunks[wiki.name].source_stats(by_wiki[wiki.name])
-            changed = sources.files_changed(wiki, stats, stats)
-            if changed:
-                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-                warnings.append(f"wiki '{wiki.name}' is stale ({shown} changed since the build: its passages may "
-                                f"not match the file now; run 'wikirag build {wiki.name}')")
+    for name in sorted(by_wiki, key=comp.names.index):  # in composition order
+        stats = view.chunks[name].source_stats(by_wiki[name])
+        changed = sources.files_changed(comp.by_name[name], stats, stats)
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            warnings.append(f"wiki '{name}' is stale ({shown} changed since the build: its passages may "
+                            f"not match the file now; run 'wikirag build {name}')")
     return warnings
 
 
-def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None) -> Candidates:
-    """The ranked lists' rows (wiki, layer, chunk, rank, score) as the fusion's input."""
+def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None,
+                prior: np.ndarray | None = None) -> Candidates:
+    """The ranked lists' rows (wiki, layer, chunk, rank, score) as the fusion's input (``prior``: the
+    wikis' log prior from ``term_counts``, when computed already)."""
     if len(rows) == 1:  # one layer's list per wiki: already by wiki, then rank
         wiki, layer, chunk, rank, score = rows[0]
     else:
@@ -296,6 +311,7 @@ def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_cou
         wiki=wiki.astype(np.int64, copy=False), layer=layer.astype(np.int64, copy=False),
         chunk=chunk.astype(np.int64, copy=False), rank=rank.astype(np.int64, copy=False),
         score=score.astype(np.float64, copy=False), term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
+        wiki_prior=prior,
     )
 
 

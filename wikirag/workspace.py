@@ -40,6 +40,8 @@ class Workspace:
         self._comp_paths: dict[str, Path] = {}
         self._specs: dict[str, tuple[tuple[int, int, int], tuple]] = {}
         self._levels: tuple[int, float, dict[str, Level]] | None = None
+        # (spec id, clearance) -> (spec, levels, manifest generation, resolved at, composition)
+        self._resolved: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -186,7 +188,21 @@ class Workspace:
             if level is None or (level is Level.RESTRICTED and not isinstance(exc, AccessDenied)):
                 raise
             raise self._unavailable(ref, level, exc) from None
-        return self._resolve(name, path, spec, lines, level)
+        # resolved again when a manifest, the wikis' levels or the file changed, and at most every
+        # recheck_seconds: the same window as each wiki's manifest (a composition of 50 wikis would
+        # otherwise look them up on every query)
+        now, generation, levels = time.monotonic(), wiki_mod.manifest_generation, self.levels()
+        key = (id(spec), level)
+        hit = self._resolved.get(key)
+        if (hit is not None and hit[0] is spec and hit[1] is levels and hit[2] == generation
+                and now - hit[3] < self.recheck_seconds):
+            return hit[4]
+        comp = self._resolve(name, path, spec, lines, level)
+        with self._lock:
+            if len(self._resolved) > 256:
+                self._resolved.clear()
+            self._resolved[key] = (spec, levels, generation, now, comp)
+        return comp
 
     def _spec(self, ref: str | Path | Composition) -> tuple[str, Path | None, CompositionSpec, dict]:
         """A composition's name, file, spec and key lines (parsed once per file version)."""
