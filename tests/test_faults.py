@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from wikirag import BuildError, IndexMissing, Workspace, build, store
 from wikirag import index as index_mod
+from wikirag.cache import IndexCache
 from wikirag.retrieval import search
 
 from .conftest import make_wiki
@@ -72,6 +74,16 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
             if rel == "graph.json":  # read (and checked) when a query first follows links
                 with pytest.raises(IndexMissing, match=damaged):
                     store.load(wiki).graph  # noqa: B018
+            elif rel.startswith("bm25/") and rel not in store.NOT_READ_BY_QUERIES:
+                # read (and checked) when first used: not at all by a composition with a saved merged view
+                with pytest.raises(IndexMissing, match=damaged):
+                    store.load(wiki).bm25.tf  # noqa: B018 - the term frequencies are read when first merged
+                # a query of it with another wiki (merged anew) leaves it out, saying why
+                shutil.rmtree(two_wikis.home / ".index" / "views", ignore_errors=True)
+                both = two_wikis.adhoc(["alpha", "vectors"], "public")
+                result = search(two_wikis, both, "compost oil", clearance="public", cache=IndexCache(), audit_event=None)
+                assert {p.wiki for p in result.passages} == {"alpha", "vectors"} - {name}
+                assert any(re.search(damaged, w) for w in result.warnings), result.warnings
             elif rel in store.NOT_READ_BY_QUERIES:  # read only by the next build, which checks them first
                 assert store.load(wiki).chunks
                 with pytest.raises(IndexMissing, match=damaged):

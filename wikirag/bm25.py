@@ -28,9 +28,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import Stemmer
+
+from . import checked
 
 
 def _bm25s_stopwords() -> tuple[str, ...]:
@@ -95,8 +98,18 @@ class BM25Layer:
     def __init__(self, vocab: dict[str, int], data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
                  tf: np.ndarray, doc_len: np.ndarray):
         self.vocab, self.data, self.indices, self.indptr = vocab, data, indices, indptr
-        self.tf, self.doc_len = tf, doc_len
+        self._tf, self.doc_len = tf, doc_len
         self.num_docs = len(doc_len)
+
+    @property
+    def tf(self) -> np.ndarray:
+        """Each posting's term frequency (read on first use when loaded: only merging several wikis needs it)."""
+        if callable(self._tf):
+            tf = self._tf()
+            if len(tf) != len(self.data):
+                raise ValueError("tf.npy does not fit the postings")  # checksum right, content not: made so
+            self._tf = tf
+        return self._tf
 
     @classmethod
     def build(cls, token_lists: list[list[str]], folder: Path) -> BM25Layer:
@@ -152,15 +165,25 @@ class BM25Layer:
         return cls(vocab_ids, data, indices, indptr, tf32, doc_len)
 
     @classmethod
-    def load(cls, folder: Path) -> BM25Layer:
-        # doc ids as int64 in memory: numpy fancy-indexes with intp, so int32 ids would be converted on every query
-        return cls(_read_vocab(folder), np.load(folder / "data.csc.index.npy"),
-                   np.load(folder / "indices.csc.index.npy").astype(np.int64),
-                   np.load(folder / "indptr.csc.index.npy"), np.load(folder / "tf.npy"),
-                   np.load(folder / "doc_lengths.npy"))
+    def load(cls, folder: Path, read: checked.Read | None = None) -> BM25Layer:
+        """The layer saved in ``folder``, each file read once through ``read`` (a checked reader of that
+        folder's files, :func:`wikirag.checked.reader`; default: unchecked)."""
+        read = read or checked.plain(folder)
+        params = json.loads(read("params.index.json"))
+        arrays = {name: checked.npy(read(name), name) for name in LOADED if name.endswith(".npy")}
+        layer = cls(_parse_vocab(read("vocab.index.json")), arrays["data.csc.index.npy"],
+                    # doc ids as int64 in memory: numpy fancy-indexes with intp, and converts int32 ids every time
+                    arrays["indices.csc.index.npy"].astype(np.int64), arrays["indptr.csc.index.npy"],
+                    lambda: checked.npy(read("tf.npy"), "tf.npy"), arrays["doc_lengths.npy"])
+        if params.get("num_docs") != layer.num_docs:
+            raise ValueError(f"params.index.json has {params.get('num_docs')} documents, the arrays {layer.num_docs}")
+        return layer
 
 
 TOKENS = "tokens.npy"
+# the files BM25Layer.load reads (tf.npy is read when first merged, tokens.npy only by the next build)
+LOADED = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "doc_lengths.npy",
+          "vocab.index.json", "params.index.json")
 
 
 def encode(token_lists: Sequence[Sequence[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -179,7 +202,13 @@ def words_of(vocab: dict[str, int]) -> list[str]:
 
 
 def _read_vocab(folder: Path) -> dict[str, int]:
-    vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
+    return _parse_vocab((folder / "vocab.index.json").read_bytes())
+
+
+def _parse_vocab(data: bytes) -> dict[str, int]:
+    vocab = json.loads(data)
+    if not isinstance(vocab, dict):
+        raise ValueError("vocab.index.json holds no vocabulary")  # noqa: TRY004 - damaged content
     vocab.pop("", None)  # bm25s adds "" for empty docs
     return vocab
 
@@ -217,18 +246,75 @@ class MergedBM25:
         self.doc_len = np.concatenate([layer.doc_len for layer in layers])
         self.wiki_tokens = np.array([layer.doc_len.sum() for layer in layers], dtype=np.float64)
         self.doc_wiki = np.repeat(np.arange(len(layers), dtype=np.int64), np.diff(self.offsets))  # each doc's wiki
-        if len(layers) == 1:  # nothing to merge: share the arrays
+        self._global_data: np.ndarray | None = None  # each posting's global score, made on first use
+        if len(layers) == 1:  # nothing to merge: share the arrays; one wiki's global statistics are its own
             only = layers[0]
-            self.vocab, self.data, self.indices, self.indptr, self.tf = (
-                only.vocab, only.data, only.indices, only.indptr, only.tf)
+            self.vocab, self.data, self.indices, self.indptr, self._layer = (
+                only.vocab, only.data, only.indices, only.indptr, only)
+            self._global_data = only.data
         else:
             self._merge(layers)
         k1, b = BM25_PARAMS["k1"], BM25_PARAMS["b"]
         avg_len = float(self.doc_len.mean()) if self.num_docs else 1.0
         self._length_norm = (k1 * (1 - b + b * self.doc_len / avg_len)).astype(np.float32)
         self._global_idf = idf(np.diff(self.indptr), self.num_docs).astype(np.float32)
-        self._global_data: np.ndarray | None = None  # each posting's global score, made on first use
         self._term_runs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see term_counts
+
+    # a saved view (:meth:`save`): file name -> what it holds
+    SAVED: ClassVar[dict[str, str]] = {"vocab.txt": "the columns' terms, one per line", "indptr.npy": "CSC column pointers",
+             "indices.npy": "doc ids (int32)", "global.npy": "each posting's score with the composition's statistics",
+             "data.npy": "each posting's score with its wiki's own statistics", "doc_len.npy": "tokens per document",
+             "runs_ptr.npy": "term runs: column pointers", "runs_wiki.npy": "term runs: wiki",
+             "runs_total.npy": "term runs: total term frequency"}
+
+    def save(self, folder: Path) -> None:
+        """Write this view into ``folder`` (:attr:`SAVED`): everything a query reads, computed once — the
+        global scores and term runs included — so :meth:`load` is a read of arrays, not a merge."""
+        words = words_of(self.vocab)
+        if any("\n" in w for w in words):  # tokens are \w words: never
+            raise ValueError("a term holds a line break")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "vocab.txt").write_text("\n".join(words), encoding="utf-8")
+        ptr, wiki, total = self.term_runs()
+        for name, array in (("indptr", self.indptr), ("indices", self.indices.astype(np.int32)),
+                            ("global", self.global_data()), ("data", self.data), ("doc_len", self.doc_len),
+                            ("runs_ptr", ptr), ("runs_wiki", wiki), ("runs_total", total)):
+            np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
+
+    @classmethod
+    def load(cls, read: checked.Read, docs: Sequence[int], wiki_tokens: Sequence[float]) -> MergedBM25:
+        """A view saved by :meth:`save`, read through ``read`` (checked); ``docs`` and ``wiki_tokens``:
+        each wiki's documents and tokens, as the view recorded them. :class:`ValueError` if the arrays do
+        not fit together."""
+        self = cls.__new__(cls)
+        self.offsets = np.cumsum([0, *docs])
+        self.num_docs = int(self.offsets[-1])
+        self.doc_wiki = np.repeat(np.arange(len(docs), dtype=np.int64), np.diff(self.offsets))
+        self.wiki_tokens = np.array(wiki_tokens, dtype=np.float64)
+        files = checked.read_all(read, list(cls.SAVED))
+        words = files["vocab.txt"].decode("utf-8")
+        self.vocab = dict(zip(words.split("\n") if words else [], itertools.count()))
+        arrays = {name: checked.npy(files[f"{name}.npy"], f"{name}.npy") for name in (
+            "indptr", "indices", "global", "data", "doc_len", "runs_ptr", "runs_wiki", "runs_total")}
+        self.indptr, self.doc_len, self.data = arrays["indptr"], arrays["doc_len"], arrays["data"]
+        self.indices = arrays["indices"].astype(np.int64)
+        self._global_data = arrays["global"]
+        self._term_runs = (arrays["runs_ptr"], arrays["runs_wiki"], arrays["runs_total"])
+        size = len(self.indices)
+        if (len(self.indptr) != len(self.vocab) + 1 or self.indptr[0] != 0 or self.indptr[-1] != size
+                or (np.diff(self.indptr) < 0).any() or len(self._global_data) != size or len(self.data) != size
+                or len(self.doc_len) != self.num_docs
+                or (size and (self.indices.min() < 0 or self.indices.max() >= self.num_docs))
+                or len(self._term_runs[0]) != len(self.indptr) or self._term_runs[0][-1] != len(self._term_runs[1])
+                or len(self._term_runs[1]) != len(self._term_runs[2])
+                or (len(self._term_runs[1]) and (self._term_runs[1].min() < 0 or self._term_runs[1].max() >= len(docs)))):
+            raise ValueError("the view's arrays do not fit together")
+        return self
+
+    def __getattr__(self, name: str):
+        if name == "tf" and "_layer" in self.__dict__:  # one wiki's view: its layer's, read on first use
+            return self._layer.tf
+        raise AttributeError(name)
 
     def _merge(self, layers: Sequence[BM25Layer]) -> None:
         """One CSC matrix of all the layers: a column per term of any wiki (in order of first appearance),
@@ -252,7 +338,7 @@ class MergedBM25:
         size = int(self.indptr[-1])
         self.indices = np.empty(size, dtype=np.int64)
         self.data = np.empty(size, dtype=np.float32)
-        self.tf = np.empty(size, dtype=np.float32)
+        self.tf = np.empty(size, dtype=np.float32)  # each posting's term frequency
         filled = self.indptr[:-1].copy()  # where the next wiki's block of each column starts
         for layer, offset, (local_to_global, counts, named) in zip(layers, self.offsets[:-1], maps):
             start = np.zeros(len(counts), dtype=np.int64)
@@ -274,6 +360,7 @@ class MergedBM25:
 
         Computed once per merged view (4 bytes a posting), with exactly the float32 operations a query
         would do term by term (``idf · tf / (tf + k1·(1 − b + b·len/avg))``), so the scores are the same.
+        A view of one wiki has its wiki's statistics: its scores are the layer's own (bm25s's).
         """
         data = self._global_data
         if data is None:  # two threads may both compute it: the same array either way

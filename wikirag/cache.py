@@ -15,30 +15,34 @@ all its wikis in one pass; each wiki still ranks with its own statistics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
-from . import sources, store
+from . import sources, store, views
 from .bm25 import MergedBM25
+from .errors import IndexMissing
 from .graph import ComposedGraph
 from .store import LoadedIndex
 from .wiki import Wiki
 
 T = TypeVar("T")
+LOAD_THREADS = min(4, os.cpu_count() or 1)  # indexes loaded at once by IndexCache.prefetch
 
 
 class Composed:
     """The loaded indexes of one query's wikis, with their BM25 layers merged (built once, cached)."""
 
-    def __init__(self, indexes: list[LoadedIndex]):
+    def __init__(self, indexes: list[LoadedIndex], bm25: MergedBM25 | None = None):
         self.names = tuple(idx.wiki for idx in indexes)
         self.chunks = {idx.wiki: idx.chunks for idx in indexes}
-        self.bm25 = MergedBM25([idx.bm25 for idx in indexes])
-        self._indexes = indexes  # their link graphs are read when a query first needs them
+        self.bm25 = bm25 if bm25 is not None else MergedBM25([idx.bm25 for idx in indexes])
+        self.indexes = indexes  # their link graphs are read when a query first needs them
         self._graphs: dict[tuple, ComposedGraph] = {}
         self._lock = threading.Lock()
 
@@ -47,7 +51,7 @@ class Composed:
         key = (enabled, tags)
         with self._lock:
             if key not in self._graphs:
-                self._graphs[key] = ComposedGraph(self.names, [idx.graph for idx in self._indexes], self.bm25.offsets,
+                self._graphs[key] = ComposedGraph(self.names, [idx.graph for idx in self.indexes], self.bm25.offsets,
                                                   enabled, tags)
             return self._graphs[key]
 
@@ -73,19 +77,20 @@ class IndexCache:
         self._clock = clock  # seconds; a test passes its own to step through the recheck interval
         self._lock = threading.RLock()
 
-    def get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
-        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing.
+    def get(self, wiki: Wiki, with_bm25: bool = False) -> tuple[LoadedIndex, list[str]]:
+        """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing. ``with_bm25``:
+        a new load reads its BM25 layer at once too (:func:`wikirag.store.load`).
 
         The build's recorded level is checked against ``wiki``'s level on every call, cached or not
         (:func:`wikirag.store.check_level`): lowering a wiki's level in ``.wiki.yaml`` does not touch
         ``CURRENT``, and its cached build must stop serving at once.
         """
-        loaded, warnings = self._get(wiki)
+        loaded, warnings = self._get(wiki, with_bm25)
         if loaded.level is None or loaded.level > wiki.level:  # (the level is parsed once per build)
             store.check_level(loaded.manifest, wiki)  # raises, saying why
         return loaded, warnings
 
-    def _get(self, wiki: Wiki) -> tuple[LoadedIndex, list[str]]:
+    def _get(self, wiki: Wiki, with_bm25: bool = False) -> tuple[LoadedIndex, list[str]]:
         pointer = wiki.current_pointer
         entry = self._entries.get(pointer)
         now = self._clock()
@@ -103,12 +108,26 @@ class IndexCache:
                 warnings = self._freshness(wiki, entry[3], now)
             self._entries[pointer] = (key, store.build_generation, now, entry[3], warnings)
             return entry[3], warnings
+        generation = store.build_generation
+        loaded = store.load(wiki, with_bm25)  # not under the lock: several wikis load at once (see prefetch)
+        warnings = self._freshness(wiki, loaded, now)
         with self._lock:
-            generation = store.build_generation
-            loaded = store.load(wiki)
-            warnings = self._freshness(wiki, loaded, now)
             self._entries[pointer] = (key, generation, now, loaded, warnings)
-            return loaded, warnings
+        return loaded, warnings
+
+    def prefetch(self, wikis: Sequence[Wiki]) -> None:
+        """Load the wikis that are not loaded yet side by side (:data:`LOAD_THREADS` at once): reading and
+        checking their files (``read``, sha256) runs outside the GIL, so a new process serving 50 wikis
+        loads them in about half the time. Errors are left for :meth:`get` to raise."""
+        missing = [w for w in wikis if w.current_pointer not in self._entries]
+        if len(missing) < 4:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(LOAD_THREADS) as pool:
+            for future in [pool.submit(self._get, w) for w in missing]:
+                with contextlib.suppress(Exception):
+                    future.result()
 
     def _freshness(self, wiki: Wiki, loaded: LoadedIndex, now: float) -> list[str]:
         """A warning if files were added, removed or renamed in the wiki's source folders since its build."""
@@ -140,18 +159,48 @@ class IndexCache:
                 self._serving.popitem(last=False)
         return value
 
-    def merged(self, indexes: list[LoadedIndex]) -> Composed:
-        """The merged view of these exact builds (cached; a new build makes a new view)."""
+    def merged(self, indexes: list[LoadedIndex], views_dir: Path | None = None) -> tuple[Composed, list[str]]:
+        """The merged view of these exact builds (cached; a new build makes a new view), and warnings
+        about wikis left out of it (a damaged BM25 layer: the others still serve; IndexMissing if
+        every one is damaged).
+
+        With ``views_dir``, a view of several wikis is read from there if a process saved it before
+        (:mod:`wikirag.views`), else merged from the wikis' layers and saved there for the next one.
+        """
         key = tuple([idx.build_id for idx in indexes])
         with self._lock:
-            view = self._views.get(key)
-            if view is None:
-                view = self._views[key] = Composed(indexes)
+            got = self._views.get(key)
+            if got is None:
+                got = self._views[key] = self._compose(indexes, views_dir)
                 while len(self._views) > self._max_views:
                     self._views.popitem(last=False)
             else:
                 self._views.move_to_end(key)
-            return view
+            return got
+
+    @staticmethod
+    def _compose(indexes: list[LoadedIndex], views_dir: Path | None) -> tuple[Composed, list[str]]:
+        described = [(idx.wiki, idx.build_id, len(idx.chunks)) for idx in indexes]
+        if views_dir is not None and len(indexes) > 1:
+            saved = views.load(views_dir, described)
+            if saved is not None:
+                return Composed(indexes, saved), []
+        kept, warnings = [], []
+        for idx in indexes:
+            try:  # read and checked now (the term frequencies too, to merge), so a damaged one is left out
+                if len(indexes) > 1:
+                    idx.bm25.tf  # noqa: B018
+                else:
+                    idx.bm25  # noqa: B018
+                kept.append(idx)
+            except IndexMissing as exc:
+                warnings.append(str(exc))
+        if not kept:
+            raise IndexMissing("; ".join(warnings))
+        composed = Composed(kept)
+        if views_dir is not None and len(kept) > 1 and len(kept) == len(indexes):
+            views.save(views_dir, described, composed.bm25)
+        return composed, warnings
 
     def clear(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import checked
 from .passage import Chunk
 
 FOLDER = "passages"
@@ -105,14 +106,15 @@ def write(folder: Path, chunks: Sequence[Chunk], sources: dict[str, tuple[int, i
         ensure_ascii=False), encoding="utf-8")
 
 
-def read(folder: Path) -> ChunkTable:
-    """The passages of the build in ``folder``."""
-    out = folder / FOLDER
-    strings = json.loads((out / "strings.json").read_text(encoding="utf-8"))
-    table = np.load(out / "table.npy")
+def read(folder: Path, read: checked.Read | None = None) -> ChunkTable:
+    """The passages of the build in ``folder``, each file read once through ``read`` (a checked reader:
+    :func:`wikirag.checked.reader`; default: unchecked)."""
+    read = read or checked.plain(folder)
+    strings = json.loads(read(f"{FOLDER}/strings.json").decode("utf-8"))
+    table = checked.npy(read(f"{FOLDER}/table.npy"), f"{FOLDER}/table.npy")
     if table.ndim != 2 or table.shape[1] != 7:
         raise ValueError(f"{FOLDER}/table.npy has shape {table.shape}, not (passages, 7)")
-    paths, headings, text = strings["paths"], strings["headings"], (out / "text.bin").read_bytes()
+    paths, headings, text = strings["paths"], strings["headings"], read(f"{FOLDER}/text.bin")
     if len(table) and (table[:, _PATH].min() < 0 or table[:, _PATH].max() >= len(paths)
                        or table[:, _HEADING].min() < 0 or table[:, _HEADING].max() >= len(headings)
                        or (table[:, _LO] > table[:, _HI]).any() or table[:, _LO].min() < 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import audit, dense, embeddings, sources, store
+from . import audit, dense, embeddings, sources, store, views
 from . import fusion as fusion_mod
 from .access import Level
 from .bm25 import tokenize
@@ -199,7 +199,12 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
-    view = cache.merged(indexes)
+    try:
+        view, left_out = cache.merged(indexes, views.folder_of(workspace.home))
+    except IndexMissing as exc:  # every layer damaged
+        raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: "
+                           + "; ".join([*warnings, str(exc)])) from None
+    warnings = warnings + left_out
     cols = view.bm25.columns(tokens)
     weights, specs = comp.per_wiki(view.names)
     use_graph = "graph" in layers and any(specs)
@@ -220,7 +225,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hits = view.bm25.top_per_wiki(scores, depth)
         rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
     if dense:
-        rows += _dense_rows(question, indexes, depth, warnings, bm25_fallback="bm25" in layers)
+        rows += _dense_rows(question, view.indexes, depth, warnings, bm25_fallback="bm25" in layers)
     candidates = _candidates(view, rows, weights, term_counts, prior)
     graph = None
     if use_graph:
@@ -259,9 +264,10 @@ def _serving(wikis: tuple[Wiki, ...], cache: IndexCache) -> tuple[list[LoadedInd
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
     undense: list[str] = []
+    cache.prefetch(wikis)
     for wiki in wikis:
         try:
-            loaded, index_warnings = cache.get(wiki)
+            loaded, index_warnings = cache.get(wiki, with_bm25=len(wikis) == 1)  # one wiki: no merged view
         except IndexMissing as exc:
             warnings.append(str(exc))
             continue

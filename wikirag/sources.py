@@ -179,14 +179,14 @@ def folders_changed(wiki: Wiki, manifest: dict) -> list[str]:
     removed or renamed in them): one ``stat`` per folder the build walked, and a listing of only those
     whose mtime moved (an editor's swap file changes the mtime, not the listing) — no walk of the files.
     A file edited in place is not seen here: :func:`files_changed` checks the files a query returns."""
-    root = wiki.source_spec().root
+    root = wiki.source_root
     changed = []
     for rel, (mtime_ns, digest) in (manifest.get("folders") or {}).items():
-        folder = root / rel if rel else root
+        folder = os.path.join(root, rel) if rel else root  # strings, not Paths: 2,000 folders cost 5 ms
         try:
             if os.stat(folder).st_mtime_ns == mtime_ns:
                 continue
-            if listing_digest(folder_listing(folder)) == digest:
+            if listing_digest(folder_listing(Path(folder))) == digest:
                 continue
         except OSError:
             pass

@@ -33,21 +33,21 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
-import hashlib
+import functools
 import json
 import os
 import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import chunkfile
+from . import checked, chunkfile
 from . import graph as graph_mod
 from .access import Level
-from .bm25 import BM25Layer
+from .bm25 import LOADED, BM25Layer
 from .dense import DenseInfo
 from .errors import BuildError, IndexMissing, LevelError
 from .graph import LinkGraph
@@ -74,8 +74,32 @@ class LoadedIndex:
     build_id: str
     manifest: dict
     chunks: chunkfile.ChunkTable
-    bm25: BM25Layer
     folder: Path
+    # bm25 files read (and checked) already by load(with_bm25=True), taken by the first use of bm25
+    prefetched: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def bm25(self) -> BM25Layer:
+        """The build's BM25 layer (read, and checked against its checksums, on first use: a composition
+        whose merged view is saved (:mod:`wikirag.views`) never needs its wikis' own). Raises
+        :class:`IndexMissing` if it is damaged."""
+        read = checked.reader(self.folder, self.manifest.get("checksums") or {})
+
+        def read_bm25(name: str) -> bytes:  # also for the term frequencies, read when first merged
+            try:
+                return self.prefetched.pop(f"bm25/{name}", None) or read(f"bm25/{name}")
+            except checked.Mismatch as exc:
+                raise _damaged(self.wiki, str(exc)) from None
+            except FileNotFoundError:
+                raise _damaged(self.wiki, f"bm25/{name} is missing") from None
+
+        try:
+            layer = BM25Layer.load(self.folder / "bm25", read=read_bm25)
+        except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
+            raise _damaged(self.wiki, f"its BM25 files do not fit together: {exc}") from None
+        if layer.num_docs != len(self.chunks):
+            raise _damaged(self.wiki, f"{layer.num_docs} BM25 documents for {len(self.chunks)} passages")
+        return layer
 
     @cached_property
     def level(self) -> Level | None:
@@ -103,8 +127,7 @@ class LoadedIndex:
         return DenseInfo.from_manifest(self.manifest.get("dense"))
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+sha256 = checked.sha256
 
 
 def new_build_id() -> str:
@@ -226,26 +249,56 @@ def read_files(folder: Path, manifest: dict | None = None) -> dict[str, dict]:
 # files a query never reads: checked by the build that reuses them (tokens, file records) or when first
 # read (the link graph), not by every load
 NOT_READ_BY_QUERIES = frozenset({"bm25/tokens.npy", FILES, graph_mod.GRAPH_FILE})
+# read through a checked reader (:mod:`wikirag.checked`) when they are used: checked then, not twice
+READ_CHECKED = ("passages/", "bm25/")
 
 
-def verify(wiki: Wiki, folder: Path, manifest: dict, skip: frozenset[str] = frozenset()) -> None:
-    """Check every file the manifest lists against its checksum (those in ``skip`` only for where they
-    lead); a name leading out of the build (``..``, absolute, a symlink) or a file that differs makes the
-    build damaged (:class:`IndexMissing`)."""
+def verify(wiki: Wiki, folder: Path, manifest: dict, skip: frozenset[str] = frozenset(),
+           skip_prefixes: tuple[str, ...] = ()) -> None:
+    """Check every file the manifest lists against its checksum (those in ``skip`` or under
+    ``skip_prefixes`` only for where they lead); a name leading out of the build (``..``, absolute, a
+    symlink on the way) or a file that differs makes the build damaged (:class:`IndexMissing`)."""
     checksums = manifest.get("checksums")
     if not isinstance(checksums, dict):
         raise _damaged(wiki, "manifest.json lists no checksums")
-    real = os.path.realpath(folder)
+    inside: dict[str, bool] = {}  # folder of the build (relative) -> a real folder, no symlink
     for name, digest in checksums.items():
-        path = folder / name
-        if not os.path.realpath(path).startswith(real + os.sep) or path.is_symlink():
+        parts = name.split("/") if isinstance(name, str) else []
+        if not parts or any(p in ("", ".", "..") or os.sep in p for p in parts) or not _real_inside(
+                folder, parts, inside):
             raise _damaged(wiki, f"{name} leads out of its build")
-        if name not in skip and sha256(path.read_bytes()) != digest:
+        if name not in skip and not name.startswith(skip_prefixes) and sha256((folder / name).read_bytes()) != digest:
             raise _damaged(wiki, f"{name} does not match its checksum")
 
 
-def load(wiki: Wiki) -> LoadedIndex:
-    """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none."""
+def _real_inside(folder: Path, parts: list[str], inside: dict[str, bool]) -> bool:
+    """Whether ``folder/parts…`` is reached through real folders only and is not a symlink itself (one
+    ``lstat`` per folder on the way, remembered in ``inside``, and one for the file)."""
+    import stat as stat_mod
+
+    for depth in range(1, len(parts)):
+        rel = "/".join(parts[:depth])
+        if rel not in inside:
+            try:
+                inside[rel] = stat_mod.S_ISDIR(os.lstat(folder / rel).st_mode)
+            except OSError:
+                inside[rel] = False
+        if not inside[rel]:
+            return False
+    try:
+        return not stat_mod.S_ISLNK(os.lstat(folder / "/".join(parts)).st_mode)
+    except FileNotFoundError:
+        return True  # missing: the reader says so
+    except OSError:
+        return False
+
+
+def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
+    """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none.
+
+    The passages are read and checked now; the BM25 layer when first used (:attr:`LoadedIndex.bm25`) —
+    or now, side by side with the passages, ``with_bm25`` (a query of this wiki alone needs both: reading
+    and checking two files at once takes the time of the larger)."""
     for attempt in range(3):  # a concurrent build may swap CURRENT between our reads: read again
         build_id = current_build_id(wiki)
         if build_id is None:
@@ -253,15 +306,17 @@ def load(wiki: Wiki) -> LoadedIndex:
         folder = build_folder(wiki, build_id)
         try:
             manifest = read_manifest(wiki, build_id)
-            verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES)
+            verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES, skip_prefixes=READ_CHECKED)
+            read = checked.reader(folder, manifest["checksums"])
             try:
-                chunks = chunkfile.read(folder)
-                bm25 = BM25Layer.load(folder / "bm25")
+                prefetched = checked.read_all(read, [f"{chunkfile.FOLDER}/text.bin"] + [
+                    f"bm25/{name}" for name in LOADED]) if with_bm25 else {}
+                chunks = chunkfile.read(folder, functools.partial(_take, prefetched, read))
+            except checked.Mismatch as exc:
+                raise _damaged(wiki, str(exc)) from None
             except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
-                raise _damaged(wiki, f"its passages or BM25 files do not fit together: {exc}") from None
-            if bm25.num_docs != len(chunks):
-                raise _damaged(wiki, f"{bm25.num_docs} BM25 documents for {len(chunks)} passages")
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, bm25, folder)
+                raise _damaged(wiki, f"its passages do not fit together: {exc}") from None
+            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder, prefetched)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -272,6 +327,12 @@ def load(wiki: Wiki) -> LoadedIndex:
                 ) from None
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _take(prefetched: dict[str, bytes], read: checked.Read, name: str) -> bytes:
+    """A file's bytes from ``prefetched`` (removed from it), else read now."""
+    data = prefetched.pop(name, None)
+    return data if data is not None else read(name)
 
 
 @contextlib.contextmanager
