@@ -54,7 +54,8 @@ from .graph import LinkGraph
 from .wiki import Wiki
 
 FILES = "files.json"  # a build's source-file records
-FORMAT_VERSION = 5  # 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list
+# 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list; 6: passages/stats.npy
+FORMAT_VERSION = 6
 BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
 # bumped by every build of this process, so in-process readers notice a swap at once

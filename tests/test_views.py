@@ -1,0 +1,128 @@
+"""Saved merged views (wikirag/views.py): read by a new process instead of merging, used only for the exact
+builds they were made from, and discarded (never served) when damaged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wikirag import Workspace, build, views
+from wikirag.bm25 import MergedBM25
+from wikirag.cache import IndexCache
+from wikirag.retrieval import search
+
+from .conftest import make_wiki
+
+QUESTIONS = ["compost turning", "deploy keys rotation", "garden tomatoes water", "zzqx nothing"]
+
+
+@pytest.fixture
+def team(home: Path) -> Workspace:
+    make_wiki(home, "orchard", {"apples.md": "# Apples\n\nPrune apple trees in late winter; compost the cuttings.\n",
+                                "pears.md": "# Pears\n\nPears ripen off the tree: pick them hard and green.\n"})
+    make_wiki(home, "kitchen", {"soup.md": "# Soup\n\nTomato soup: roast the tomatoes, then water and salt.\n"})
+    (home / "rags" / "three.yaml").write_text("sensitivity: public\nwikis: [alpha, orchard, kitchen]\n")
+    (home / "rags" / "two.yaml").write_text("sensitivity: public\nwikis: [orchard, kitchen]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    for name in ("alpha", "orchard", "kitchen"):
+        build(ws.wiki(name))
+    return ws
+
+
+def _answers(ws: Workspace, comp: str, cache: IndexCache) -> list:
+    out = []
+    for q in QUESTIONS:
+        for fusion in ("dfs-prior", "dfs", "rrf"):
+            result = search(ws, comp, q, clearance="public", k=8, fusion=fusion, cache=cache, audit_event=None)
+            out.append([(p.wiki, p.path, p.start, p.end, p.score, p.contributions) for p in result.passages])
+    return out
+
+
+def _saved(ws: Workspace) -> list[Path]:
+    folder = ws.home / views.VIEWS_DIR
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("tmp-")) if folder.is_dir() else []
+
+
+def test_a_new_process_reads_the_saved_view_instead_of_merging(team: Workspace) -> None:
+    first = IndexCache()
+    merged_answers = _answers(team, "three", first)
+    assert len(_saved(team)) == 1  # saved by the first query
+    later = IndexCache()  # a new process: nothing loaded
+    assert _answers(team, "three", later) == merged_answers
+    loaded = [entry[3] for entry in later._entries.values()]
+    assert len(loaded) == 3 and all("bm25" not in idx.__dict__ for idx in loaded)  # no wiki's own layer read
+    # and the view read from disk holds exactly the arrays a merge makes
+    mine = next(iter(later._views.values()))[0].bm25
+    fresh = MergedBM25([idx.bm25 for idx in loaded])
+    assert mine.vocab == fresh.vocab
+    for name in ("indptr", "indices", "data", "doc_len", "offsets", "wiki_tokens"):
+        assert np.array_equal(getattr(mine, name), getattr(fresh, name)), name
+    assert np.array_equal(mine.global_data(), fresh.global_data())
+    for a, b in zip(mine.term_runs(), fresh.term_runs()):
+        assert np.array_equal(a, b)
+
+
+def test_a_view_serves_only_the_builds_it_was_made_from(team: Workspace) -> None:
+    _answers(team, "three", IndexCache())
+    before = _saved(team)
+    (team.home / "wikis" / "kitchen" / "soup.md").write_text("# Soup\n\nLeek soup: sweat the leeks in butter.\n")
+    build(team.wiki("kitchen"))
+    result = search(team, "three", "leeks butter", clearance="public", cache=IndexCache(), audit_event=None)
+    assert result.passages[0].path == "soup.md"  # the new build's text, not the old view's postings
+    after = _saved(team)
+    assert len(after) == 2 and set(before) < set(after)  # a new key for the new build
+    # a view whose record names other builds is not used, even under the right key
+    other = next(p for p in after if p not in before)
+    meta = json.loads((other / "view.json").read_text())
+    meta["wikis"][0][1] = "20990101T000000-abcdef"
+    (other / "view.json").write_text(json.dumps(meta))
+    again = search(team, "three", "leeks butter", clearance="public", cache=IndexCache(), audit_event=None)
+    assert [p.path for p in again.passages] == [p.path for p in result.passages]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove", "view.json"])
+def test_a_damaged_view_is_discarded_and_merged_again(team: Workspace, damage: str) -> None:
+    expected = _answers(team, "three", IndexCache())
+    (folder,) = _saved(team)
+    target = folder / ("view.json" if damage == "view.json" else "global.npy")
+    if damage == "remove":
+        target.unlink()
+    elif damage == "view.json":
+        target.write_text("{not json")
+    else:
+        data = bytearray(target.read_bytes())
+        if damage == "flip":
+            data[-3] ^= 0x40
+        else:
+            del data[len(data) // 2:]
+        target.write_bytes(bytes(data))
+    cache = IndexCache()
+    assert _answers(team, "three", cache) == expected  # the same answers, from a fresh merge
+    loaded = [entry[3] for entry in cache._entries.values()]
+    assert all("bm25" in idx.__dict__ for idx in loaded)  # merged from the wikis' own layers
+    (saved,) = _saved(team)  # and saved again, whole
+    assert views.load(team.home / views.VIEWS_DIR, [(i.wiki, i.build_id, len(i.chunks)) for i in loaded]) is not None
+    assert saved == folder
+
+
+def test_at_most_max_views_are_kept(team: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(views, "MAX_VIEWS", 2)
+    (team.home / "rags" / "pair.yaml").write_text("sensitivity: public\nwikis: [alpha, kitchen]\n")
+    for comp in ("three", "two", "pair"):
+        search(team, comp, "compost", clearance="public", cache=IndexCache(), audit_event=None)
+    assert len(_saved(team)) == 2
+
+
+def test_a_planted_symlink_is_never_followed(team: Workspace, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (team.home / ".index").mkdir(exist_ok=True)
+    shutil.rmtree(team.home / views.VIEWS_DIR, ignore_errors=True)
+    (team.home / views.VIEWS_DIR).symlink_to(elsewhere, target_is_directory=True)
+    result = search(team, "three", "compost", clearance="public", cache=IndexCache(), audit_event=None)
+    assert result.passages and list(elsewhere.iterdir()) == []  # nothing written through it
+    assert views.folder_of(team.home) is None
