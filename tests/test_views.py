@@ -105,7 +105,7 @@ def test_a_damaged_view_is_discarded_and_merged_again(team: Workspace, damage: s
     loaded = [entry[3] for entry in cache._entries.values()]
     assert all("bm25" in idx.__dict__ for idx in loaded)  # merged from the wikis' own layers
     (saved,) = _saved(team)  # and saved again, whole
-    assert views.load(team.home / views.VIEWS_DIR, [(i.wiki, i.build_id, len(i.chunks)) for i in loaded]) is not None
+    assert views.load(team.home / views.VIEWS_DIR, [(i.wiki, i.build_id) for i in loaded]) is not None
     assert saved == folder
 
 
@@ -126,3 +126,26 @@ def test_a_planted_symlink_is_never_followed(team: Workspace, tmp_path: Path) ->
     result = search(team, "three", "compost", clearance="public", cache=IndexCache(), audit_event=None)
     assert result.passages and list(elsewhere.iterdir()) == []  # nothing written through it
     assert views.folder_of(team.home) is None
+
+
+def test_many_wikis_load_side_by_side_with_their_view(home: Path) -> None:
+    # five wikis or more are loaded in parallel (IndexCache.prefetch), their saved view read meanwhile
+    names = [f"w{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        make_wiki(home, name, {f"p{j}.md": f"# Page {j}\n\nCompost heap {i} needs turning {j} times, and water.\n"
+                               for j in range(i + 2)})
+    (home / "rags" / "six.yaml").write_text(f"sensitivity: public\nwikis: [{', '.join(names)}]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    for name in names:
+        build(ws.wiki(name))
+    expected = _answers(ws, "six", IndexCache())  # merged, and saved
+    later = IndexCache()
+    assert _answers(ws, "six", later) == expected
+    assert later._early_views == {}  # read by the prefetch, and taken by the merged view
+    assert all("bm25" not in entry[3].__dict__ for entry in later._entries.values())
+    # a wiki rebuilt since: the view read early names another build, so it is not used
+    (home / "wikis" / "w0" / "p0.md").write_text("# Page 0\n\nLeeks instead: sweat them slowly in butter.\n")
+    build(ws.wiki("w0"))
+    fresh = IndexCache()
+    result = search(ws, "six", "leeks", clearance="public", cache=fresh, audit_event=None)
+    assert [p.wiki for p in result.passages] == ["w0"]

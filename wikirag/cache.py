@@ -71,6 +71,7 @@ class IndexCache:
         self._fresh_at: dict[str, float] = {}  # pointer path -> when its folders were last compared
         self._views: OrderedDict[tuple, Composed] = OrderedDict()
         self._serving: OrderedDict[tuple, tuple] = OrderedDict()  # see serving()
+        self._early_views: dict[tuple, tuple] = {}  # saved views read by prefetch, for merged()
         self._max_views = max_views
         self.recheck_seconds = recheck_seconds
         self.freshness_seconds = freshness_seconds
@@ -115,19 +116,31 @@ class IndexCache:
             self._entries[pointer] = (key, generation, now, loaded, warnings)
         return loaded, warnings
 
-    def prefetch(self, wikis: Sequence[Wiki]) -> None:
-        """Load the wikis that are not loaded yet side by side (:data:`LOAD_THREADS` at once): reading and
-        checking their files (``read``, sha256) runs outside the GIL, so a new process serving 50 wikis
-        loads them in about half the time. Errors are left for :meth:`get` to raise."""
+    def prefetch(self, wikis: Sequence[Wiki], views_dir: Path | None = None) -> None:
+        """Load the wikis that are not loaded yet side by side (:data:`LOAD_THREADS` at once), and with
+        them their saved merged view from ``views_dir`` (looked up by the builds ``CURRENT`` names now;
+        :meth:`merged` uses it if those are the builds loaded): reading and checking files (``read``,
+        sha256) runs outside the GIL, so a new process serving 50 wikis loads them in about half the
+        time. Errors are left for :meth:`get` to raise."""
         missing = [w for w in wikis if w.current_pointer not in self._entries]
         if len(missing) < 4:
             return
         from concurrent.futures import ThreadPoolExecutor
 
+        pairs = tuple((w.name, store.current_build_id(w) or "") for w in wikis)
         with ThreadPoolExecutor(LOAD_THREADS) as pool:
+            view = pool.submit(views.load, views_dir, pairs) if views_dir is not None and len(wikis) > 1 else None
             for future in [pool.submit(self._get, w) for w in missing]:
                 with contextlib.suppress(Exception):
                     future.result()
+            if view is not None:
+                with contextlib.suppress(Exception):
+                    got = view.result()
+                    if got is not None:
+                        with self._lock:
+                            if len(self._early_views) >= 2:  # read but never asked for (a build swapped in)
+                                self._early_views.clear()
+                            self._early_views[pairs] = got
 
     def _freshness(self, wiki: Wiki, loaded: LoadedIndex, now: float) -> list[str]:
         """A warning if files were added, removed or renamed in the wiki's source folders since its build."""
@@ -178,13 +191,14 @@ class IndexCache:
                 self._views.move_to_end(key)
             return got
 
-    @staticmethod
-    def _compose(indexes: list[LoadedIndex], views_dir: Path | None) -> tuple[Composed, list[str]]:
-        described = [(idx.wiki, idx.build_id, len(idx.chunks)) for idx in indexes]
+    def _compose(self, indexes: list[LoadedIndex], views_dir: Path | None) -> tuple[Composed, list[str]]:
+        pairs = tuple((idx.wiki, idx.build_id) for idx in indexes)
         if views_dir is not None and len(indexes) > 1:
-            saved = views.load(views_dir, described)
+            saved = self._early_views.pop(pairs, None) or views.load(views_dir, pairs)
             if saved is not None:
-                return Composed(indexes, saved), []
+                if saved[1] == [len(idx.chunks) for idx in indexes]:
+                    return Composed(indexes, saved[0]), []
+                views.discard(views_dir, pairs)  # not these builds' passages: made so
         kept, warnings = [], []
         for idx in indexes:
             try:  # read and checked now (the term frequencies too, to merge), so a damaged one is left out
@@ -199,7 +213,7 @@ class IndexCache:
             raise IndexMissing("; ".join(warnings))
         composed = Composed(kept)
         if views_dir is not None and len(kept) > 1 and len(kept) == len(indexes):
-            views.save(views_dir, described, composed.bm25)
+            views.save(views_dir, [(*pair, len(idx.chunks)) for pair, idx in zip(pairs, indexes)], composed.bm25)
         return composed, warnings
 
     def clear(self) -> None:
@@ -208,6 +222,7 @@ class IndexCache:
             self._fresh_at.clear()
             self._views.clear()
             self._serving.clear()
+            self._early_views.clear()
 
 
 DEFAULT_CACHE = IndexCache()  # the process's cache, used when a query passes none

@@ -15,6 +15,7 @@ manifest cannot be read counts as ``restricted`` with its folder as its root (fa
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ class Source:
     level: Level
     exclude: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def prefix(self) -> str:
         """The root as a string ending in ``/``: ``a`` covers ``b`` when ``b.prefix`` starts with ``a.prefix``."""
         return self.root.as_posix().rstrip("/") + "/"

@@ -194,13 +194,15 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if set(layers) == {"graph"}:
         raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
-    indexes, served_warnings, undense, dense_builds = cache.serving(comp.wikis, lambda: _serving(comp.wikis, cache))
+    views_dir = views.folder_of(workspace.home)
+    indexes, served_warnings, undense, dense_builds = cache.serving(
+        comp.wikis, lambda: _serving(comp.wikis, cache, views_dir))
     warnings = served_warnings + (undense if "dense" in layers else [])
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     try:
-        view, left_out = cache.merged(indexes, views.folder_of(workspace.home))
+        view, left_out = cache.merged(indexes, views_dir)
     except IndexMissing as exc:  # every layer damaged
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: "
                            + "; ".join([*warnings, str(exc)])) from None
@@ -257,14 +259,15 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
                         list(comp.names))
 
 
-def _serving(wikis: tuple[Wiki, ...], cache: IndexCache) -> tuple[list[LoadedIndex], list[str], list[str], bool]:
+def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
+             views_dir: Path | None) -> tuple[list[LoadedIndex], list[str], list[str], bool]:
     """The wikis' serving indexes, with the warnings about them; the warnings of wikis that declare a dense
     layer their index lacks (for queries that use dense); whether any build has a dense layer (the dense
     lists are looked for only then). Shared by the queries of a short window (:meth:`IndexCache.serving`)."""
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
     undense: list[str] = []
-    cache.prefetch(wikis)
+    cache.prefetch(wikis, views_dir)
     for wiki in wikis:
         try:
             loaded, index_warnings = cache.get(wiki, with_bm25=len(wikis) == 1)  # one wiki: no merged view

@@ -54,10 +54,11 @@ def key(wikis: Sequence[tuple[str, str]]) -> str:
     return hashlib.sha256(json.dumps([list(w) for w in wikis]).encode("utf-8")).hexdigest()[:32]
 
 
-def load(views: Path, wikis: Sequence[tuple[str, str, int]]) -> MergedBM25 | None:
-    """The saved view of these (wiki, build id, passages), or None if there is none (or it is damaged:
-    then it is removed)."""
-    folder = views / key([w[:2] for w in wikis])
+def load(views: Path, wikis: Sequence[tuple[str, str]]) -> tuple[MergedBM25, list[int]] | None:
+    """The saved view of these (wiki, build id) pairs and each wiki's passages as it recorded them (the
+    caller checks them against the builds), or None if there is none (or it is damaged: then it is
+    removed)."""
+    folder = views / key(wikis)
     if folder.is_symlink():
         _discard(folder)
         return None
@@ -69,17 +70,24 @@ def load(views: Path, wikis: Sequence[tuple[str, str, int]]) -> MergedBM25 | Non
         _discard(folder)
         return None
     try:
-        if (not isinstance(meta, dict) or meta.get("format") != FORMAT
-                or meta.get("wikis") != [list(w) for w in wikis] or not isinstance(meta.get("checksums"), dict)
+        recorded = meta.get("wikis") if isinstance(meta, dict) else None
+        if (not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(recorded, list)
+                or [w[:2] for w in recorded] != [list(w) for w in wikis] or not isinstance(meta.get("checksums"), dict)
                 or set(meta["checksums"]) != set(MergedBM25.SAVED)):
             raise ValueError("not this view")
-        merged = MergedBM25.load(checked.reader(folder, meta["checksums"]), [w[2] for w in wikis], meta["tokens"])
+        docs = [int(w[2]) for w in recorded]
+        merged = MergedBM25.load(checked.reader(folder, meta["checksums"]), docs, meta["tokens"])
     except (OSError, ValueError, KeyError, TypeError):
         _discard(folder)
         return None
     with contextlib.suppress(OSError):
         os.utime(folder)  # recently used: kept by the sweep
-    return merged
+    return merged, docs
+
+
+def discard(views: Path, wikis: Sequence[tuple[str, str]]) -> None:
+    """Remove the saved view of these (wiki, build id) pairs (it does not fit the builds: made so)."""
+    _discard(views / key(wikis))
 
 
 def save(views: Path, wikis: Sequence[tuple[str, str, int]], merged: MergedBM25) -> bool:
