@@ -199,3 +199,4 @@ def test_eval_of_a_composition_with_own_judgments(built: Workspace, home: Path, 
 def test_eval_errors(args: list[str], message: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [*args, "--cache", str(tmp_path)])
     assert result.exit_code in (1, 2) and message in result.stderr
+

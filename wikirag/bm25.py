@@ -383,10 +383,17 @@ class MergedBM25:
         """Occurrences of each query column in each wiki: an array of shape (len(cols), wikis)."""
         ptr, wiki, total = self.term_runs()
         n_wikis = len(self.offsets) - 1
-        counts = np.zeros((len(cols), n_wikis), dtype=np.float64)
+        rows = self.__dict__.setdefault("_count_rows", {})  # col -> its row, for the terms queries repeat
+        counts = np.empty((len(cols), n_wikis), dtype=np.float64)
         for i, col in enumerate(cols):
-            lo, hi = ptr[col], ptr[col + 1]
-            counts[i] = np.bincount(wiki[lo:hi], weights=total[lo:hi], minlength=n_wikis)
+            row = rows.get(col)
+            if row is None:
+                lo, hi = ptr[col], ptr[col + 1]
+                row = np.bincount(wiki[lo:hi], weights=total[lo:hi], minlength=n_wikis)
+                if len(rows) >= 65536:
+                    rows.clear()
+                rows[col] = row
+            counts[i] = row
         return counts
 
     def term_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

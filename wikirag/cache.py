@@ -161,7 +161,7 @@ class IndexCache:
         now = self._clock()
         hit = self._serving.get(key)
         if (hit is not None and hit[0] == store.build_generation and now - hit[1] < self.recheck_seconds
-                and all(a is b for a, b in zip(hit[2], wikis))):
+                and (hit[2] is wikis or all(a is b for a, b in zip(hit[2], wikis)))):
             return hit[3]
         generation = store.build_generation
         value = make()
@@ -172,7 +172,8 @@ class IndexCache:
                 self._serving.popitem(last=False)
         return value
 
-    def merged(self, indexes: list[LoadedIndex], views_dir: Path | None = None) -> tuple[Composed, list[str]]:
+    def merged(self, indexes: list[LoadedIndex], views_dir: Path | None = None,
+               key: tuple[str, ...] | None = None) -> tuple[Composed, list[str]]:
         """The merged view of these exact builds (cached; a new build makes a new view), and warnings
         about wikis left out of it (a damaged BM25 layer: the others still serve; IndexMissing if
         every one is damaged).
@@ -180,7 +181,7 @@ class IndexCache:
         With ``views_dir``, a view of several wikis is read from there if a process saved it before
         (:mod:`wikirag.views`), else merged from the wikis' layers and saved there for the next one.
         """
-        key = tuple([idx.build_id for idx in indexes])
+        key = key or tuple([idx.build_id for idx in indexes])  # (the build ids: a caller may know them)
         with self._lock:
             got = self._views.get(key)
             if got is None:

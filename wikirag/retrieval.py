@@ -195,14 +195,14 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
     views_dir = views.folder_of(workspace.home)
-    indexes, served_warnings, undense, dense_builds = cache.serving(
+    indexes, served_warnings, undense, dense_builds, builds = cache.serving(
         comp.wikis, lambda: _serving(comp.wikis, cache, views_dir))
     warnings = served_warnings + (undense if "dense" in layers else [])
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     try:
-        view, left_out = cache.merged(indexes, views_dir)
+        view, left_out = cache.merged(indexes, views_dir, builds)
     except IndexMissing as exc:  # every layer damaged
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: "
                            + "; ".join([*warnings, str(exc)])) from None
@@ -260,10 +260,11 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
 
 
 def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
-             views_dir: Path | None) -> tuple[list[LoadedIndex], list[str], list[str], bool]:
+             views_dir: Path | None) -> tuple[list[LoadedIndex], list[str], list[str], bool, tuple[str, ...]]:
     """The wikis' serving indexes, with the warnings about them; the warnings of wikis that declare a dense
     layer their index lacks (for queries that use dense); whether any build has a dense layer (the dense
-    lists are looked for only then). Shared by the queries of a short window (:meth:`IndexCache.serving`)."""
+    lists are looked for only then); the build ids. Shared by the queries of a short window
+    (:meth:`IndexCache.serving`)."""
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
     undense: list[str] = []
@@ -283,7 +284,8 @@ def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
             undense.append(f"wiki '{wiki.name}' declares a dense layer but its index has none: "
                            f"run 'wikirag build {wiki.name}'; searched with BM25 only")
         indexes.append(loaded)
-    return indexes, warnings, undense, any(idx.dense is not None for idx in indexes)
+    return (indexes, warnings, undense, any(idx.dense is not None for idx in indexes),
+            tuple(idx.build_id for idx in indexes))
 
 
 def _edited_since_build(comp: Composition, view: Composed, hits: list[Fused]) -> list[str]:

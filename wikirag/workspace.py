@@ -39,7 +39,7 @@ class Workspace:
         self._wikis: dict[str, tuple[tuple[int, int, int], Wiki, str, int, float]] = {}
         self._comp_paths: dict[str, Path] = {}
         self._specs: dict[str, tuple[tuple[int, int, int], tuple]] = {}
-        self._levels: tuple[int, float, dict[str, Level]] | None = None
+        self._levels: tuple[int, float, dict[str, Level], tuple] | None = None
         # (spec id, clearance) -> (spec, levels, manifest generation, resolved at, composition)
         self._resolved: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
@@ -127,8 +127,12 @@ class Workspace:
         cached = self._levels
         if cached is not None and cached[0] == wiki_mod.manifest_generation and now - cached[1] < self.recheck_seconds:
             return cached[2]
-        levels = overlap.effective_levels(self.source_roots())
-        self._levels = (wiki_mod.manifest_generation, now, levels)
+        roots = tuple(self.source_roots().items())
+        if cached is not None and cached[3] == roots:  # the same roots, levels and excludes: the same answer
+            levels = cached[2]  # (the same object, so what was resolved with it stays valid)
+        else:
+            levels = overlap.effective_levels(dict(roots))
+        self._levels = (wiki_mod.manifest_generation, now, levels, roots)
         return levels
 
     def source_roots(self) -> dict[str, overlap.Source]:
