@@ -3,7 +3,8 @@
 A build's manifest (and a composition view's ``view.json``) records a sha256 of every file. A reader made
 by :func:`reader` reads a file's bytes, checks them and hands the same bytes on to be parsed — a file is
 never read twice (once to check, once to parse), and :func:`npy` makes an array straight from them,
-without a copy. A mismatch raises :class:`Mismatch`, which the caller reports as a damaged index.
+without a copy. A mismatch raises :class:`~wikirag.errors.ChecksumMismatch` (``checked.Mismatch``), which the caller
+reports as a damaged index.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ChecksumMismatch as Mismatch  # a file differs from its recorded checksum (or has none)
+
 Read = Callable[[str], bytes]  # a file name inside a folder -> its bytes, checked
-
-
-class Mismatch(ValueError):
-    """A file differs from its recorded checksum (or is not recorded at all)."""
 
 
 def sha256(data: bytes) -> str:

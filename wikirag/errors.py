@@ -91,3 +91,8 @@ class ContextTooLong(ModelError):
 
 class LocalModelError(WikiragError):
     """The bundled local model cannot be started or reached."""
+
+
+class ChecksumMismatch(ValueError):
+    """An index file differs from the checksum its build (or merged view) recorded. Internal: the store
+    reports it as a damaged index (:class:`IndexMissing`), a view is discarded and merged again."""
