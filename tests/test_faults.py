@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import BuildError, IndexMissing, Workspace, build, store
+from wikirag import BuildError, IndexMissing, Workspace, build, store, views
 from wikirag import index as index_mod
 from wikirag.cache import IndexCache
 from wikirag.retrieval import search
@@ -79,6 +79,7 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
                 with pytest.raises(IndexMissing, match=damaged):
                     store.load(wiki).bm25.tf  # noqa: B018 - the term frequencies are read when first merged
                 # a query of it with another wiki (merged anew) leaves it out, saying why
+                views.flush()
                 shutil.rmtree(two_wikis.home / ".index" / "views", ignore_errors=True)
                 both = two_wikis.adhoc(["alpha", "vectors"], "public")
                 result = search(two_wikis, both, "compost oil", clearance="public", cache=IndexCache(), audit_event=None)

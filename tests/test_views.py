@@ -43,6 +43,7 @@ def _answers(ws: Workspace, comp: str, cache: IndexCache) -> list:
 
 
 def _saved(ws: Workspace) -> list[Path]:
+    views.flush()  # saved in the background by the query that merged
     folder = ws.home / views.VIEWS_DIR
     return sorted(p for p in folder.iterdir() if not p.name.startswith("tmp-")) if folder.is_dir() else []
 

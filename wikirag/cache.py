@@ -214,7 +214,9 @@ class IndexCache:
             raise IndexMissing("; ".join(warnings))
         composed = Composed(kept)
         if views_dir is not None and len(kept) > 1 and len(kept) == len(indexes):
-            views.save(views_dir, [(*pair, len(idx.chunks)) for pair, idx in zip(pairs, indexes)], composed.bm25)
+            composed.bm25.global_data()  # what the view saves beyond the merge; queries need them anyway
+            composed.bm25.term_runs()
+            views.save_later(views_dir, [(*pair, len(idx.chunks)) for pair, idx in zip(pairs, indexes)], composed.bm25)
         return composed, warnings
 
     def clear(self) -> None:

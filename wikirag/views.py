@@ -12,7 +12,8 @@ and checked, no merge. Each wiki's own BM25 files are then not read at all.
 * A view is derived data: ``view.json`` records its wikis, their passages and tokens, and a sha256 of
   every file; a view that does not match (damaged, half-written, made by another format) is removed
   and merged again. It is written into a temporary folder and renamed into place, so readers never
-  see half of one; two processes saving the same view at once keep whichever lands first.
+  see half of one; two processes saving the same view at once keep whichever lands first. The query
+  that merged does not wait for the writing: it runs in a background thread (:func:`save_later`).
 * At most :data:`MAX_VIEWS` are kept (least recently used removed); a saving that fails (read-only
   workspace, full disk) costs only the next process's merge.
 * Only wikis the caller may use reach a query, and a view is read only for them; it holds nothing but
@@ -27,6 +28,7 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,6 +112,28 @@ def save(views: Path, wikis: Sequence[tuple[str, str, int]], merged: MergedBM25)
     except (OSError, ValueError):
         shutil.rmtree(tmp, ignore_errors=True)
         return False
+
+
+_pending: list[threading.Thread] = []
+_pending_lock = threading.Lock()
+
+
+def save_later(views: Path, wikis: Sequence[tuple[str, str, int]], merged: MergedBM25) -> None:
+    """:func:`save` in a background thread, so the query that merged does not wait for the writing (the
+    process waits for it at exit; :func:`flush` waits now). ``merged``'s arrays are read-only."""
+    thread = threading.Thread(target=save, args=(views, list(wikis), merged), name="wikirag-save-view")
+    with _pending_lock:
+        _pending[:] = [t for t in _pending if t.is_alive()]
+        _pending.append(thread)
+    thread.start()
+
+
+def flush() -> None:
+    """Wait for the views being saved in the background."""
+    with _pending_lock:
+        pending = list(_pending)
+    for thread in pending:
+        thread.join()
 
 
 def _discard(folder: Path) -> None:
