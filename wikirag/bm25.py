@@ -5,8 +5,9 @@ scores use its own statistics. Beside bm25s's files a build saves each posting's
 (``tf.npy``, aligned with bm25s's postings) and each chunk's length in tokens (``doc_lengths.npy``):
 compact statistics from which BM25 can be recomputed with corpus-wide statistics.
 
-At query time the loaded layers of a composition are merged in memory (:class:`MergedBM25`, built
-once per composition) so that one pass over the postings scores every wiki. Two scorings:
+At query time the loaded layers of a composition are merged (:class:`MergedBM25`, built once per set of
+builds and saved for later processes by :mod:`wikirag.views`) so that one pass over the postings
+scores every wiki. Two scorings:
 
 * ``local``: each wiki's own BM25 scores (its own IDF and average length) — exactly what searching
   each wiki alone gives;
@@ -14,7 +15,9 @@ once per composition) so that one pass over the postings scores every wiki. Two 
   length summed over its wikis, as a distributed engine's DFS phase gathers them) — exactly the
   scores one index over all the wikis would give, without building one.
 
-Either way each wiki contributes its own top-N list. :func:`tokenize` is used for passages and queries
+Either way each wiki contributes its own top-N list (:meth:`MergedBM25.top_per_wiki`); a fusion that is
+linear in the score takes the top k of all passages at once instead, which is the same
+(:meth:`MergedBM25.top_overall`). :func:`tokenize` is used for passages and queries
 alike: lower-case, ``\\w\\w+`` words, bm25s's English stopwords removed, PyStemmer's English stemmer.
 """
 

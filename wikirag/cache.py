@@ -8,9 +8,10 @@ it walked; the cache compares them (one ``stat`` per folder, at most every ``fre
 warns that a wiki is stale when a markdown file was added, removed or renamed since its build. A page
 edited in place does not change its folder: :func:`wikirag.retrieval.retrieve` checks the files of the
 passages it returns (one ``stat`` each) against what the build read. The full comparison — every file,
-with hashes — is :func:`wikirag.index.status`, for ``wikirag list``, ``check`` and the portal. The loaded BM25 layers of a composition are
-merged in memory once (:class:`Composed`, holding a :class:`~wikirag.bm25.MergedBM25`) so a query scores
-all its wikis in one pass; each wiki still ranks with its own statistics.
+with hashes — is :func:`wikirag.index.status`, for ``wikirag list``, ``check`` and the portal. The BM25
+layers of a composition are merged once (:class:`Composed`, holding a :class:`~wikirag.bm25.MergedBM25`;
+read from :mod:`wikirag.views` when a process saved it before) so a query scores all its wikis in one
+pass; each wiki still ranks with its own statistics.
 """
 
 from __future__ import annotations
