@@ -183,7 +183,14 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
     comp = resolve(workspace, composition, level, who)
     found = retrieve(workspace, comp, question, clearance=level, k=k, fusion=fusion, user=who, started=started)
     chosen, base = resolve_model(comp, model, api_base)
-    result = AnswerResult(question, comp.name, chosen, passages=found.passages, warnings=list(found.warnings),
+    # a passage whose text is no longer in its file is never handed to a model nor cited
+    usable = [p for p in found.passages if p.state != "changed"]
+    warnings = list(found.warnings)
+    if len(usable) < len(found.passages):
+        gone = sorted({f"{p.wiki}/{p.path}" for p in found.passages if p.state == "changed"})
+        warnings.append(f"{len(found.passages) - len(usable)} passage(s) left out: their text is no longer in "
+                        f"{', '.join(gone)} (changed since the build)")
+    result = AnswerResult(question, comp.name, chosen, passages=usable, warnings=warnings,
                           retrieval_seconds=found.seconds)
 
     def done(r: AnswerResult) -> None:

@@ -61,9 +61,14 @@ class Passage:
     text: str
     contributions: tuple[Contribution, ...] = ()
     via: tuple[Hop, ...] = ()  # for a passage the graph layer found: the links followed to reach it
+    # its file now: "current" (``text`` is file[start:end]), "moved" (found again: new offsets and line)
+    # or "changed" (its text or file is gone: never to be cited with offsets or given to a model)
+    state: str = "current"
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["contributions"] = [asdict(c) for c in self.contributions]
         data["via"] = [asdict(h) for h in self.via]
+        if self.state == "changed":  # its offsets and line no longer point at its text
+            data["start"] = data["end"] = data["line"] = None
         return data

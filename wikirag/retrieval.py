@@ -10,6 +10,7 @@ layers, fuses them (:mod:`wikirag.fusion`) and returns :class:`~wikirag.passage.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -33,7 +34,6 @@ from .workspace import Workspace, audit_reason
 
 MAX_K = 1000
 GRAPH_WINDOW = 100
-CHECKED_FOR_EDITS = 20  # returned passages whose files are checked for edits since the build
 LAYERS = ("bm25", "dense", "graph")
 MAX_QUESTION_CHARS = 10_000
 _CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0)]) - {ord("\t"), ord("\n"), ord("\r")}
@@ -250,7 +250,8 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             via = tuple(graph.path([s for s, _ in seeds], node))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions, via))
-    warnings += _edited_since_build(comp, view, fused)
+    passages, edited = _as_they_are_now(comp, view, fused, passages)
+    warnings += edited
     hint = None
     if not passages and "bm25" in layers:
         hint = ("the question has only very common words (stopwords): add a specific term"
@@ -288,23 +289,60 @@ def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
             tuple(idx.build_id for idx in indexes))
 
 
-def _edited_since_build(comp: Composition, view: Composed, hits: list[Fused]) -> list[str]:
-    """A stale warning per wiki whose first returned passages (:data:`CHECKED_FOR_EDITS`: what a prompt
-    or a page of results shows) come from files changed since its build — one ``stat`` per file, at most
-    once a second (:func:`wikirag.sources.files_changed`); see :mod:`wikirag.cache` for the rest of
-    freshness. (An evaluation asking for 200 passages would otherwise spend a third of its time here.)"""
-    warnings = []
+def _as_they_are_now(comp: Composition, view: Composed, hits: list[Fused],
+                     passages: list[Passage]) -> tuple[list[Passage], list[str]]:
+    """Every returned passage checked against its file as it is now, so that no citation is ever wrong.
+
+    One ``stat`` per file (:func:`wikirag.sources.files_changed`): a file whose size and mtime are what
+    the build read serves its passages as they are (``current``). A file that differs is read: a passage
+    whose text is still at its offsets stays ``current``; one whose text is elsewhere in the file is
+    ``moved`` (the occurrence nearest its old place: new offsets and line); one whose text is gone, or
+    whose file is gone or unreadable, is ``changed`` — shown as such, never cited with offsets nor handed
+    to a model (:func:`wikirag.answers.answer` leaves it out). A wiki with edited files gets a stale
+    warning saying to rebuild it.
+    """
     by_wiki: dict[str, list[int]] = {}
-    for hit in hits[:CHECKED_FOR_EDITS]:
+    for hit in hits:
         by_wiki.setdefault(hit.wiki, []).append(hit.id)
+    edited: dict[tuple[str, str], str | None] = {}  # (wiki, path) -> its text now (None: gone or unreadable)
+    warnings = []
     for name in sorted(by_wiki, key=comp.names.index):  # in composition order
         stats = view.chunks[name].source_stats(by_wiki[name])
         changed = sources.files_changed(comp.by_name[name], stats, stats)
+        for path in changed:
+            edited[(name, path)] = sources.read_now(comp.by_name[name], path)
         if changed:
             shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-            warnings.append(f"wiki '{name}' is stale ({shown} changed since the build: its passages may "
-                            f"not match the file now; run 'wikirag build {name}')")
-    return warnings
+            warnings.append(f"wiki '{name}' is stale ({shown} changed since the build: its passages are "
+                            f"located again in the files as they are now; run 'wikirag build {name}')")
+    if not edited:
+        return passages, warnings
+    out = []
+    for p in passages:
+        if (p.wiki, p.path) in edited:
+            p = relocate(p, edited[(p.wiki, p.path)])
+        out.append(p)
+    return out, warnings
+
+
+def relocate(p: Passage, text: str | None) -> Passage:
+    """``p`` as its file ``text`` is now: ``current`` if its text is still at its offsets, ``moved`` to
+    the occurrence nearest them if it is elsewhere, else ``changed`` (also when the file is gone)."""
+    if text is None:
+        return dataclasses.replace(p, state="changed")
+    if text[p.start:p.end] == p.text:
+        return p
+    at, best = text.find(p.text), -1
+    while at != -1:  # the occurrence nearest the old place
+        if best == -1 or abs(at - p.start) < abs(best - p.start):
+            best = at
+        if at > p.start:
+            break
+        at = text.find(p.text, at + 1)
+    if best == -1:
+        return dataclasses.replace(p, state="changed")
+    return dataclasses.replace(p, start=best, end=best + len(p.text), line=text.count("\n", 0, best) + 1,
+                               state="moved")
 
 
 def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None,

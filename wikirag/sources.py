@@ -13,7 +13,6 @@ import fnmatch
 import hashlib
 import os
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,29 +193,40 @@ def folders_changed(wiki: Wiki, manifest: dict) -> list[str]:
     return changed
 
 
-STAT_SECONDS = 1.0  # a file's stat is reused this long by the query path's freshness check
-_stats: dict[str, tuple[float, tuple[int, int] | None]] = {}  # full path -> (when, (size, mtime_ns) or None)
-
-
 def files_changed(wiki: Wiki, sources: dict[str, tuple[int, int]], paths: Iterable[str]) -> list[str]:
     """Of ``paths`` (source files of passages), those whose size or mtime differ from what the build
     read (``sources``, from :meth:`wikirag.chunkfile.ChunkTable.source_stats`), or that are gone: one
-    ``stat`` per file, reused for :data:`STAT_SECONDS` (an edit is seen within a second)."""
+    ``stat`` per file, every time (a citation must match the file as it is at the answer)."""
     root = wiki.source_root
-    now = time.monotonic()
-    if len(_stats) > 100_000:
-        _stats.clear()
     changed = []
     for path in dict.fromkeys(paths):
-        full = os.path.join(root, path)
-        seen = _stats.get(full)
-        if seen is None or now - seen[0] >= STAT_SECONDS:
-            try:
-                st = os.stat(full)
-                seen = (now, (st.st_size, st.st_mtime_ns))
-            except OSError:
-                seen = (now, None)
-            _stats[full] = seen
-        if seen[1] != sources.get(path):
+        try:
+            st = os.stat(os.path.join(root, path))
+            now = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            now = None
+        if now != sources.get(path):
             changed.append(path)
     return changed
+
+
+def read_now(wiki: Wiki, path: str) -> str | None:
+    """The text of source file ``path`` of ``wiki`` as it is now, or None if it is gone, unreadable, not
+    UTF-8, or no longer a plain file inside the wiki's source root (a symlink swapped in is not
+    followed out of it)."""
+    root = wiki.source_root
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(os.path.realpath(root).rstrip(os.sep) + os.sep):
+        return None
+    try:
+        with open(full, "rb") as fh:
+            data = fh.read(MAX_READ_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_READ_BYTES:
+        return None
+    text, _ = decode(data)
+    return text
+
+
+MAX_READ_BYTES = 64 * 2**20  # a source file larger than this is not read again by a query

@@ -25,7 +25,9 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
     Each passage is cited as wiki/path:line with its heading path, and a passage found through a
     wiki's links (the graph layer) says which links led to it; --json adds exact character offsets
     (start, end) into the source file, each list's rank and score behind the fused score, and the
-    links followed ("via").
+    links followed ("via"). A passage is checked against its file as it is now: "state" is "current",
+    "moved" (found elsewhere in the file: new offsets and line) or "changed" (its text is gone: offsets
+    and line are null; rebuild the wiki).
 
     Example: wikirag query engineering "how do I page the on-call engineer" -k 3 --clearance internal
     """
@@ -37,7 +39,11 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
     else:
         for p in result.passages:
             heading = f"  ({p.heading})" if p.heading else ""
-            click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}")
+            if p.state == "changed":  # no line: it would point at other text
+                click.echo(f"[{p.rank}] {p.wiki}/{p.path}{heading}  [changed since the build: not citable]")
+            else:
+                moved = "  [moved since the build]" if p.state == "moved" else ""
+                click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}{moved}")
             for hop in p.via:
                 click.echo(f"    via {hop.link} in {hop.wiki}/{hop.path}:{hop.line}")
             click.echo(textwrap.indent(textwrap.fill(snippet(p.text), 96), "    "))

@@ -132,7 +132,13 @@ def sidebar(user: User, pages: Sequence[StreamlitPage] = ()) -> None:
 
 
 def passage_link(p, key: str) -> None:
-    """A link to the passage's page in the portal, with the cited characters highlighted."""
+    """A link to the passage's page in the portal, with the cited characters highlighted (none for a
+    passage whose text is no longer in its file)."""
+    if getattr(p, "state", "current") == "changed":
+        st.caption("This passage changed in its file since the index was built: rebuild the wiki to cite it.")
+        return
+    if p.state == "moved":
+        st.caption("Moved in its file since the index was built: the link opens where it is now.")
     st.page_link(PORTAL, label=f"Open {p.wiki}/{p.path}:{p.line}", icon=":material/open_in_new:",
                  query_params={"wiki": p.wiki, "path": p.path, "start": str(p.start), "end": str(p.end)})
 
