@@ -15,7 +15,7 @@ from ..workspace import HOME_ENV, Workspace
 from .admin import app, user
 from .common import CONTEXT, Group
 from .evaluating import eval_
-from .indexing import build, check, list_
+from .indexing import build, check, list_, watch
 from .searching import ask, query, serve_model
 
 
@@ -32,7 +32,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
     ctx.obj = Workspace.locate(home)
 
 
-for _command in (build, query, ask, serve_model, app, user, list_, check, eval_):
+for _command in (build, watch, query, ask, serve_model, app, user, list_, check, eval_):
     cli.add_command(_command)
 
 

@@ -196,3 +196,29 @@ def check(ctx):
             click.echo(problem, err=True)
         raise click.ClickException(f"{len(report.problems)} problem(s) found")
     click.echo(f"ok: {report.wikis} wikis, {report.compositions} compositions")
+
+
+@click.command()
+@click.argument("names", nargs=-1)
+@click.option("--debounce", type=click.IntRange(50, 10_000), default=400, show_default=True,
+              help="Milliseconds of quiet that end a burst of saves.")
+@click.pass_context
+def watch(ctx, names, debounce):
+    """Watch the wikis' sources (all, or NAMES) and rebuild each one that changes, incrementally.
+
+    One line per rebuild: wiki, files changed, seconds. A changed .wiki.yaml or composition is
+    validated first: an invalid one is reported and the previous index keeps serving. Ctrl-C stops.
+
+    Example: wikirag watch engineering-handbook wikirag-guide
+    """
+    from wikirag.watch import Watcher
+
+    ws = workspace(ctx)
+    for name in names:
+        ws.wiki(name)  # an unknown name fails now, with the names there are
+    watcher = Watcher(ws, names or None, debounce_ms=debounce)
+    click.echo(f"watching {len(watcher.wiki_names())} wiki(s) in {ws.home} (Ctrl-C stops)", err=True)
+    try:
+        watcher.run()
+    except KeyboardInterrupt:
+        pass
