@@ -252,8 +252,8 @@ class MergedBM25:
         self._global_data: np.ndarray | None = None  # each posting's global score, made on first use
         if len(layers) == 1:  # nothing to merge: share the arrays; one wiki's global statistics are its own
             only = layers[0]
-            self.vocab, self.data, self.indices, self.indptr, self._layer = (
-                only.vocab, only.data, only.indices, only.indptr, only)
+            self.vocab, self.data, self.indices, self.indptr, self._layer, self._tf = (
+                only.vocab, only.data, only.indices, only.indptr, only, None)
             self._global_data = only.data
         else:
             self._merge(layers)
@@ -302,6 +302,7 @@ class MergedBM25:
         self.indptr, self.doc_len, self.data = arrays["indptr"], arrays["doc_len"], arrays["data"]
         self.indices = arrays["indices"].astype(np.int64)
         self._global_data = arrays["global"]
+        self._tf = self._layer = None  # (what tf is for is saved)
         self._term_runs = (arrays["runs_ptr"], arrays["runs_wiki"], arrays["runs_total"])
         size = len(self.indices)
         if (len(self.indptr) != len(self.vocab) + 1 or self.indptr[0] != 0 or self.indptr[-1] != size
@@ -314,10 +315,13 @@ class MergedBM25:
             raise ValueError("the view's arrays do not fit together")
         return self
 
-    def __getattr__(self, name: str):
-        if name == "tf" and "_layer" in self.__dict__:  # one wiki's view: its layer's, read on first use
-            return self._layer.tf
-        raise AttributeError(name)
+    @property
+    def tf(self) -> np.ndarray:
+        """Each posting's term frequency: merged, or one wiki's layer's (read on first use). A view read
+        from disk has none: its global scores and term runs, all tf is for, are saved."""
+        if self._tf is None and self._layer is None:
+            raise AttributeError("a merged view read from disk holds no term frequencies")
+        return self._tf if self._tf is not None else self._layer.tf
 
     def _merge(self, layers: Sequence[BM25Layer]) -> None:
         """One CSC matrix of all the layers: a column per term of any wiki (in order of first appearance),
@@ -341,7 +345,7 @@ class MergedBM25:
         size = int(self.indptr[-1])
         self.indices = np.empty(size, dtype=np.int64)
         self.data = np.empty(size, dtype=np.float32)
-        self.tf = np.empty(size, dtype=np.float32)  # each posting's term frequency
+        self._tf, self._layer = np.empty(size, dtype=np.float32), None
         filled = self.indptr[:-1].copy()  # where the next wiki's block of each column starts
         for layer, offset, (local_to_global, counts, named) in zip(layers, self.offsets[:-1], maps):
             start = np.zeros(len(counts), dtype=np.int64)
@@ -351,7 +355,7 @@ class MergedBM25:
             dest = (np.arange(int(layer.indptr[-1]), dtype=np.int64) + np.repeat(start - layer.indptr[:-1], counts))[keep]
             self.indices[dest] = layer.indices[keep].astype(np.int64) + offset
             self.data[dest] = layer.data[keep]
-            self.tf[dest] = layer.tf[keep]
+            self._tf[dest] = layer.tf[keep]
         self.vocab = vocab
 
     def columns(self, tokens: list[str]) -> list[int]:

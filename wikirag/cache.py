@@ -117,9 +117,9 @@ class IndexCache:
             self._entries[pointer] = (key, generation, now, loaded, warnings)
         return loaded, warnings
 
-    def prefetch(self, wikis: Sequence[Wiki], views_dir: Path | None = None) -> None:
+    def prefetch(self, wikis: Sequence[Wiki], home: Path | None = None) -> None:
         """Load the wikis that are not loaded yet side by side (:data:`LOAD_THREADS` at once), and with
-        them their saved merged view from ``views_dir`` (looked up by the builds ``CURRENT`` names now;
+        them their saved merged view from workspace ``home`` (looked up by the builds ``CURRENT`` names now;
         :meth:`merged` uses it if those are the builds loaded): reading and checking files (``read``,
         sha256) runs outside the GIL, so a new process serving 50 wikis loads them in about half the
         time. Errors are left for :meth:`get` to raise."""
@@ -129,6 +129,7 @@ class IndexCache:
         from concurrent.futures import ThreadPoolExecutor
 
         pairs = tuple((w.name, store.current_build_id(w) or "") for w in wikis)
+        views_dir = views.folder_of(home) if home is not None else None
         with ThreadPoolExecutor(LOAD_THREADS) as pool:
             view = pool.submit(views.load, views_dir, pairs) if views_dir is not None and len(wikis) > 1 else None
             for future in [pool.submit(self._get, w) for w in missing]:
@@ -173,20 +174,20 @@ class IndexCache:
                 self._serving.popitem(last=False)
         return value
 
-    def merged(self, indexes: list[LoadedIndex], views_dir: Path | None = None,
+    def merged(self, indexes: list[LoadedIndex], home: Path | None = None,
                key: tuple[str, ...] | None = None) -> tuple[Composed, list[str]]:
         """The merged view of these exact builds (cached; a new build makes a new view), and warnings
         about wikis left out of it (a damaged BM25 layer: the others still serve; IndexMissing if
         every one is damaged).
 
-        With ``views_dir``, a view of several wikis is read from there if a process saved it before
-        (:mod:`wikirag.views`), else merged from the wikis' layers and saved there for the next one.
+        With the workspace ``home``, a view of several wikis is read from its saved views if a process
+        saved it before (:mod:`wikirag.views`), else merged from the wikis' layers and saved for the next.
         """
         key = key or tuple([idx.build_id for idx in indexes])  # (the build ids: a caller may know them)
         with self._lock:
             got = self._views.get(key)
             if got is None:
-                got = self._views[key] = self._compose(indexes, views_dir)
+                got = self._views[key] = self._compose(indexes, views.folder_of(home) if home is not None else None)
                 while len(self._views) > self._max_views:
                     self._views.popitem(last=False)
             else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import audit, dense, embeddings, sources, store, views
+from . import audit, dense, embeddings, sources, store
 from . import fusion as fusion_mod
 from .access import Level
 from .bm25 import tokenize
@@ -194,15 +194,14 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if set(layers) == {"graph"}:
         raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
-    views_dir = views.folder_of(workspace.home)
     indexes, served_warnings, undense, dense_builds, builds = cache.serving(
-        comp.wikis, lambda: _serving(comp.wikis, cache, views_dir))
+        comp.wikis, lambda: _serving(comp.wikis, cache, workspace.home))
     warnings = served_warnings + (undense if "dense" in layers else [])
     if not indexes:
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: " + "; ".join(warnings))
     tokens = tokenize([question])[0]
     try:
-        view, left_out = cache.merged(indexes, views_dir, builds)
+        view, left_out = cache.merged(indexes, workspace.home, builds)
     except IndexMissing as exc:  # every layer damaged
         raise IndexMissing(f"no wiki of composition '{comp.name}' has an index: "
                            + "; ".join([*warnings, str(exc)])) from None
@@ -261,7 +260,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
 
 
 def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
-             views_dir: Path | None) -> tuple[list[LoadedIndex], list[str], list[str], bool, tuple[str, ...]]:
+             home: Path) -> tuple[list[LoadedIndex], list[str], list[str], bool, tuple[str, ...]]:
     """The wikis' serving indexes, with the warnings about them; the warnings of wikis that declare a dense
     layer their index lacks (for queries that use dense); whether any build has a dense layer (the dense
     lists are looked for only then); the build ids. Shared by the queries of a short window
@@ -269,7 +268,7 @@ def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
     indexes: list[LoadedIndex] = []
     warnings: list[str] = []
     undense: list[str] = []
-    cache.prefetch(wikis, views_dir)
+    cache.prefetch(wikis, home)
     for wiki in wikis:
         try:
             loaded, index_warnings = cache.get(wiki, with_bm25=len(wikis) == 1)  # one wiki: no merged view

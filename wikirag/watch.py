@@ -51,7 +51,8 @@ class Event:
 
 def _relevant(change, path: str) -> bool:
     parts = Path(path).parts
-    if INDEX_DIR_NAME in parts or any(p.startswith(".") and p != MANIFEST_NAME for p in parts[-1:]):
+    # index folders, and anything hidden (an editor's swap file, .git/) except a wiki's manifest
+    if INDEX_DIR_NAME in parts or any(p.startswith(".") and p != MANIFEST_NAME for p in parts):
         return False
     return path.endswith((".md", ".markdown", ".yaml", ".yml")) or not Path(path).suffix
 
