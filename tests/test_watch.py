@@ -1,10 +1,16 @@
-"""``wikirag watch`` (issue 21, item 2): real watcher processes on a real workspace — an edit is rebuilt on
-its own, a bad manifest or composition is reported and nothing is rebuilt from it, two watchers on one
-workspace corrupt nothing."""
+"""``wikirag watch`` (issue 21, items 2 and 4): real watcher processes on a real workspace — an edit is
+rebuilt on its own, a bad manifest or composition is reported and nothing is rebuilt from it, two watchers
+on one workspace corrupt nothing, sources renamed, emptied or made unreadable under the watcher keep the
+previous index serving, wiki folders renamed or added are reported and built.
+
+"Unreadable" needs a watcher that permissions apply to: CI runs as root, so there the watcher runs
+without the capabilities that let root read anything (``setpriv``, util-linux)."""
 
 from __future__ import annotations
 
+import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,16 +26,23 @@ from wikirag.retrieval import search
 from .conftest import make_wiki
 
 
+# root without the capabilities that bypass file permissions (None: not root, permissions apply anyway)
+UNPRIVILEGED = (["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"]
+                if os.geteuid() == 0 else [])
+
+
 class WatchProcess:
-    def __init__(self, home: Path, *names: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "wikirag", "--home", str(home), "watch", "--debounce",
-                                      "150", *names], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, home: Path, *names: str, prefix: list[str] = ()):
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "wikirag", "--home", str(home), "watch",
+                                      "--debounce", "150", *names], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
         self.started = self.proc.stderr.readline()
         assert "watching" in self.started, self.started + self.proc.stderr.read()
-        time.sleep(0.7)  # the watches are set up as run() starts
+        self.wait_for("watching: ")  # the watches are up and the catch-up is done
+        self.seen_at_start, self.seen = self.seen, []
 
     def _read(self, stream) -> None:
         for line in stream:
@@ -45,7 +58,8 @@ class WatchProcess:
             self.seen.append(line)
             if text in line:
                 return line
-        raise AssertionError(f"no line with {text!r} in {timeout} s; seen: {self.seen}")
+        ended = "" if self.proc.poll() is None else f"; the watcher ended: {self.proc.stderr.read()}"
+        raise AssertionError(f"no line with {text!r} in {timeout} s; seen: {self.seen}{ended}")
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
@@ -124,3 +138,93 @@ def test_two_watchers_on_one_workspace_corrupt_nothing(garden: Workspace) -> Non
     finally:
         errs = [first.stop(), second.stop()]
     assert all("Traceback" not in e for e in errs), errs
+
+
+def test_the_watcher_first_catches_up_with_edits_made_while_nobody_watched(garden: Workspace) -> None:
+    (garden.home / "wikis/roses/lawns.md").write_text("# Lawns\n\nScarify lawns in autumn, then overseed.\n")
+    watcher = WatchProcess(garden.home)
+    try:
+        assert "1 file(s) changed" in next(line for line in watcher.seen_at_start if "roses: built" in line)
+        assert "Scarify" in search(garden, "roses", "scarify", clearance="public", audit_event=None).passages[0].text
+    finally:
+        err = watcher.stop()
+    assert "Traceback" not in err, err
+
+
+def _hits(ws: Workspace, query: str) -> list:
+    return search(ws, "roses", query, clearance="public", audit_event=None).passages
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+def test_a_source_folder_renamed_emptied_or_unreadable_keeps_the_previous_index(home: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pages = {"roses.md": "# Roses\n\nPrune roses in early spring, above an outward bud.\n",
+             "lawns.md": "# Lawns\n\nMow lawns weekly in summer, never too short.\n"}
+    for name, text in pages.items():
+        (docs / name).write_text(text)
+    make_wiki(home, "roses", {}, extra=f"source: {docs}\n")
+    (home / "rags" / "roses.yaml").write_text("sensitivity: public\nwikis: [roses]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("roses"))
+    serving = store.current_build_id(ws.wiki("roses"))
+    watcher = WatchProcess(home, "roses", prefix=UNPRIVILEGED)
+    try:
+        # renamed: the build says why, the previous index serves (its passages marked changed: file gone)
+        docs.rename(tmp_path / "docs-moved")
+        line = watcher.wait_for("roses: ")
+        assert f"source folder {docs} does not exist" in line and "previous index" in line, line
+        assert store.current_build_id(ws.wiki("roses")) == serving
+        assert [p.state for p in _hits(ws, "prune roses")][:1] == ["changed"]
+        (tmp_path / "docs-moved").rename(docs)  # back: noticed without any event inside it
+        assert "up to date" in watcher.wait_for("roses: ")
+        assert [p.state for p in _hits(ws, "prune roses")][:1] == ["current"]
+
+        # emptied: nothing to index is an error, not an empty index
+        for name in pages:
+            (docs / name).unlink()
+        line = watcher.wait_for("roses: ")
+        assert "has nothing to index" in line and "previous index" in line, line
+        assert store.current_build_id(ws.wiki("roses")) == serving
+        for name, text in pages.items():
+            (docs / name).write_text(text)
+        assert "roses: up to date" in watcher.wait_for("roses: ")  # the same pages: the same index
+        assert store.current_build_id(ws.wiki("roses")) == serving
+
+        # unreadable: a read error is not a deletion, the pages' passages are kept and a warning says so
+        (docs / "lawns.md").write_text("# Lawns\n\nMow lawns weekly in summer, never too short; edge them too.\n")
+        watcher.wait_for("roses: built")
+        serving = store.current_build_id(ws.wiki("roses"))
+        docs.chmod(0)
+        try:
+            (docs / "roses.md").touch()  # an event (root's own) while the folder cannot be read by the watcher
+            line = watcher.wait_for("roses: 2 page(s) cannot be read now")
+            assert "Permission denied" in line and "keep serving" in line, line
+            assert store.current_build_id(ws.wiki("roses")) == serving
+            assert {p.path for p in _hits(ws, "roses lawns")} == {"roses.md", "lawns.md"}
+        finally:
+            docs.chmod(0o755)
+        (docs / "roses.md").write_text("# Roses\n\nPrune roses in late winter instead.\n")
+        watcher.wait_for("roses: built")
+        assert "late winter" in _hits(ws, "prune roses")[0].text
+        assert store.load(ws.wiki("roses")).chunks  # every checksum right
+    finally:
+        err = watcher.stop()
+    assert "Traceback" not in err, err
+
+
+def test_a_wiki_folder_renamed_is_reported_and_a_new_one_built(garden: Workspace) -> None:
+    watcher = WatchProcess(garden.home)
+    try:
+        (garden.home / "wikis/roses").rename(garden.home / "wikis/roses-old")
+        assert "is gone (renamed or removed)" in watcher.wait_for("roses: wiki folder")
+        line = watcher.wait_for("roses-old: ")
+        assert "name 'roses' differs from its folder 'roses-old'" in line, line
+        make_wiki(garden.home, "tulips", {"tulips.md": "# Tulips\n\nPlant tulip bulbs in November, deep.\n"})
+        assert "1 file(s) changed" in watcher.wait_for("tulips: built")
+        (garden.home / "wikis/roses-old").rename(garden.home / "wikis/roses")
+        watcher.wait_for("roses: up to date")
+        assert _hits(garden, "prune")[0].path == "roses.md"
+    finally:
+        err = watcher.stop()
+    assert "Traceback" not in err, err

@@ -219,7 +219,10 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
             try:
                 data = src.abspath.read_bytes()
             except OSError as exc:
-                out.skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
+                if old is not None:  # a read error is not a deletion
+                    _keep(out, src.path, old, prev_chunks, prev_links, f"cannot read: {exc.strerror or exc}")
+                else:
+                    out.skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
                 continue
             digest = sha256(data)
             if old is not None and old["sha256"] == digest:  # touched, not changed
@@ -241,6 +244,32 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
     if progress is not None:
         progress("reading", len(files), len(files))
     return out
+
+
+KEPT = "its passages of the previous build are kept"  # the end of a Skipped reason: read error, index unchanged
+
+
+def _keep(out: _Collected, path: str, old: dict, prev_chunks: dict[str, list[Chunk]],
+          prev_links: dict[str, PageLinks], why: str) -> None:
+    """Carry the previous build's passages of ``path``, which cannot be read now, into this build."""
+    out.records[path], out.chunks[path] = old, prev_chunks.get(path, [])
+    out.reused.add(path)
+    if path in prev_links:
+        out.links[path] = prev_links[path]
+    out.skipped.append(Skipped(path, f"{why}: {KEPT}"))
+
+
+def _keep_unreadable_folders(got: _Collected, found_skipped: list[Skipped], before: _Previous) -> None:
+    """A source folder that cannot be read (permissions, a failing mount) loses nothing: the previous
+    build's pages below it are kept as they were, as for a file that cannot be read."""
+    for skip in found_skipped:
+        if not skip.reason.startswith("cannot read folder"):
+            continue
+        prefix = "" if skip.path == "." else skip.path + "/"
+        for path, record in before.files.items():
+            if path.startswith(prefix) and path not in got.records:
+                _keep(got, path, record, before.chunks, before.links,
+                      f"in folder {skip.path}, which {skip.reason.replace('cannot read folder', 'cannot be read')}")
 
 
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
@@ -269,6 +298,8 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             before.tokens = None  # tokenise everything again
         got = _collect(wiki, found.files, before.files if reuse else {}, before.chunks,
                        before.links if reuse else {}, found.skipped, progress)
+        if reuse:
+            _keep_unreadable_folders(got, found.skipped, before)
         chunks = [c for path in sorted(got.chunks) for c in got.chunks[path]]
         files = sum(1 for r in got.records.values() if r["chunks"])
         if not chunks:

@@ -11,31 +11,62 @@ burst of saves into one batch (``debounce_ms``, default 400 ms). For each batch:
   each: wiki, files changed, seconds. A build another process holds the lock of (a second watcher, a
   ``wikirag build``) is tried again on the next round, not waited for; what it builds serves either way.
 
+When it starts, the watcher first catches up: every watched wiki whose sources changed while nobody
+watched is rebuilt (an up-to-date one costs a stat per file and is not reported).
+
+Sources that move under it:
+
+* a wiki's source folder renamed, removed or emptied: its build fails with the reason, and the previous
+  index keeps serving (its passages are then marked ``changed`` at query time, never cited with offsets);
+  the watcher looks for the folder again every second and rebuilds once it is back;
+* a folder or page that cannot be read (permissions, a failing mount): a read error is not a deletion —
+  the previous build's passages of those pages are kept (:data:`wikirag.index.KEPT`), and a ``warning``
+  line says which;
+* a wiki folder renamed or removed (``wikis/NAME``): reported as gone (its index went with it); a new
+  folder is validated and built, one whose manifest does not fit (a renamed folder keeps its old
+  ``name:``) is reported ``invalid``.
+
 Index folders (``.index/``), hidden files and files that are neither markdown nor YAML are ignored, so
-a build's own writes never trigger another build. A source folder that disappears or becomes
-unreadable is reported by the build that reads it ("the previous index still serves").
+a build's own writes never trigger another build.
+
+In the web app (``wikirag app --watch``, :func:`start_in_thread`) one watcher runs in a thread of the app's
+process, shared by every session; its :attr:`Watcher.live` feeds the portal ("updated N s ago", build
+errors). An incremental build runs in that thread (an edit's rebuild takes 0.1–0.5 s, and a build in the
+process is seen by the next query at once); a wiki without any index yet is built in a background process
+(:mod:`wikirag.background`), so a first build of thousands of pages never holds the app's interpreter.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import store
 from .errors import BuildError, WikiragError
 from .wiki import INDEX_DIR_NAME, MANIFEST_NAME
 from .workspace import Workspace
 
+log = logging.getLogger("wikirag.watch")
+
 DEBOUNCE_MS = 400
-RETRY_SECONDS = 1.0  # a wiki whose build lock was held is tried again after this
+RETRY_SECONDS = 1.0  # a wiki whose build lock was held is tried again after this (and folders looked for)
+UNWATCHED_RETRY_SECONDS = 5.0  # a wiki whose folder could not be watched is watched again after this
+RESTART_SECONDS = 5.0  # start_in_thread: after a failure of watching itself, watch again after this
 
 
 @dataclass(frozen=True)
 class Event:
     """One line of the watcher's report: ``kind`` is ``built``, ``up to date``, ``invalid`` (a manifest
-    or composition that does not validate), ``valid`` (a composition that does) or ``error``."""
+    or composition that does not validate), ``valid`` (a composition that does), ``warning`` (pages that
+    cannot be read, kept from the previous build), ``gone`` (a wiki folder removed or renamed), or
+    ``error`` (a build that failed: the previous index keeps serving); ``ready`` once, when the watches
+    are up and the catch-up is done."""
 
     kind: str
     name: str
@@ -57,18 +88,47 @@ def _relevant(change, path: str) -> bool:
     return path.endswith((".md", ".markdown", ".yaml", ".yml")) or not Path(path).suffix
 
 
+@dataclass
+class Live:
+    """What a watcher knows of one wiki (for the portal). Times are ``time.time()`` values."""
+
+    checked: float | None = None  # the index was last found to match the sources (built or up to date)
+    built: float | None = None  # the watcher last published a build of it
+    error: str | None = None  # the last failure (build, manifest, folder gone), until a build succeeds
+    warning: str | None = None  # pages that cannot be read, kept from the previous build
+    unwatched: str | None = None  # why its folders cannot be watched now (looked at again every 5 s)
+    building: bool = False
+
+
+def _serving_note(message: str) -> str:
+    return message if "previous index" in message else f"{message}; the previous index keeps serving"
+
+
 class Watcher:
-    """The wikis of ``workspace`` (``names``, default all) and its compositions, watched until ``stop``."""
+    """The wikis of ``workspace`` (``names``, default all) and its compositions, watched until ``stop``.
+
+    ``full_builds_in_background``: a wiki that has no index yet is built in a background process
+    (:mod:`wikirag.background`) instead of this thread (the web app sets it). :attr:`live` holds each
+    wiki's :class:`Live`; :attr:`ready` is set once the watches are up and the catch-up is done.
+    """
 
     def __init__(self, workspace: Workspace, names: Iterable[str] | None = None,
                  report: Callable[[Event], None] = lambda e: print(e.line(), flush=True),
-                 debounce_ms: int = DEBOUNCE_MS):
+                 debounce_ms: int = DEBOUNCE_MS, full_builds_in_background: bool = False):
         # manifests read afresh at every change (the workspace's own cache may keep one for 0.5 s)
         self.ws = Workspace(workspace.home, recheck_seconds=0)
         self.report, self.debounce_ms = report, debounce_ms
         self.names = list(names) if names else None
+        self.full_builds_in_background = full_builds_in_background
         self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.live: dict[str, Live] = {}
         self._pending: set[str] = set()  # wikis whose build lock was held: tried again
+        self._present: dict[str, tuple[bool, ...]] = {}  # per wiki: does each of its folders exist
+        self._jobs: dict[str, object] = {}  # wiki -> its background.Job (full builds in the app)
+        self._unwatched: dict[str, float] = {}  # wiki -> since when its folders cannot be watched
+        self._listing: set[str] = set()  # the wikis folder's sub-folders
+        self._valid: set[str] = set()  # wikis whose manifest loaded at least once (their going is news)
 
     def wiki_names(self) -> list[str]:
         return self.names if self.names is not None else self.ws.wiki_names()
@@ -92,22 +152,102 @@ class Watcher:
         """Watch until :attr:`stop` is set (or the process is interrupted)."""
         import watchfiles
 
+        roots, first = self.roots(), True
+        self._present = self._presence(roots)
+        self._listing = self._wiki_folders()
+        rewatched: set[str] = set()  # wikis watched again after a failure: built once the watch is up
         while not self.stop.is_set():
-            roots = self.roots()
-            folders = {p for paths in roots.values() for p in paths if p.is_dir()} | (
-                {self.ws.rags_dir} if self.ws.rags_dir.is_dir() else set()) | {self.ws.wikis_dir}
-            # each folder once: one inside another is watched through it
-            watched = sorted(f for f in folders if not any(o != f and f.is_relative_to(o) for o in folders))
-            for batch in watchfiles.watch(*watched, watch_filter=_relevant, debounce=self.debounce_ms,
-                                          step=50, stop_event=self.stop, rust_timeout=int(RETRY_SECONDS * 1000),
-                                          yield_on_timeout=True):
-                if self.handle({path for _, path in batch}, roots):
-                    break  # a wiki was added or its source moved: watch the new set of folders
+            try:
+                for batch in watchfiles.watch(*self._folders(roots), watch_filter=_relevant,
+                                              debounce=self.debounce_ms, step=50, stop_event=self.stop,
+                                              rust_timeout=int(RETRY_SECONDS * 1000), yield_on_timeout=True):
+                    if first:  # the watches are up: catch up with what changed while nobody watched
+                        first = False
+                        self.catch_up(roots)
+                        self.ready.set()
+                        self.report(Event("ready", "watching", f"{len(roots)} wiki(s) checked; each change is "
+                                                               "rebuilt as it comes"))
+                    for name in sorted(rewatched):
+                        self.live[name].unwatched = None
+                        self._build(name, quiet=True)
+                    rewatched.clear()
+                    rebind = self.handle({path for _, path in batch}, roots)
+                    now = time.monotonic()
+                    if any(now - since >= UNWATCHED_RETRY_SECONDS for since in self._unwatched.values()):
+                        rewatched |= set(self._unwatched)
+                        self._unwatched.clear()
+                        rebind = True
+                    if rebind:
+                        roots = self._rebind(roots)
+                        break  # a wiki added, removed, its source moved, or watched again: a new set of folders
+            except OSError as exc:  # a folder that cannot be watched (permissions): its wiki only
+                # the Rust watcher names the path in its message only, when it fails setting a watch up
+                where = exc.filename or next(iter(re.findall(r'about \["([^"]+)"', str(exc))), None)
+                name = self._owner(where, roots)
+                if isinstance(exc, FileNotFoundError):  # a folder went between listing and watching it
+                    roots = self._rebind(roots)
+                    continue
+                if name is None or name in self._unwatched:
+                    raise
+                self._unwatched[name] = time.monotonic()
+                rewatched.discard(name)
+                live = self.live.setdefault(name, Live())
+                message = (f"cannot watch {where} ({exc.strerror or str(exc).partition(' (os error')[0]}): its changes are looked for "
+                           f"again every {UNWATCHED_RETRY_SECONDS:g} s; the previous index keeps serving")
+                if live.unwatched is None:  # said once, until it is watched again
+                    live.unwatched = message
+                    self.report(Event("warning", name, message))
+                self._build(name, quiet=True)
+
+    def _folders(self, roots: dict[str, list[Path]]) -> list[Path]:
+        """The folders to watch: each wiki's folder and source root (not of a wiki that cannot be watched
+        now), and the compositions' folder. The wikis folder itself is not watched (it would hold every
+        wiki in one watch): its listing is compared every round instead (:meth:`handle`)."""
+        folders = {p for name, paths in roots.items() if name not in self._unwatched for p in paths if p.is_dir()}
+        if self.ws.rags_dir.is_dir():
+            folders.add(self.ws.rags_dir)
+        # each folder once: one inside another is watched through it
+        return sorted(f for f in folders if not any(o != f and f.is_relative_to(o) for o in folders))
+
+    def _presence(self, roots: dict[str, list[Path]]) -> dict[str, tuple[bool, ...]]:
+        return {name: tuple(p.is_dir() for p in paths) for name, paths in roots.items()}
+
+    def _wiki_folders(self) -> set[str]:
+        try:
+            with os.scandir(self.ws.wikis_dir) as entries:
+                return {e.name for e in entries if not e.name.startswith(".") and e.is_dir()}
+        except OSError:
+            return set()
+
+    def _owner(self, filename: str | None, roots: dict[str, list[Path]]) -> str | None:
+        """The watched wiki whose folders hold ``filename`` (the deepest match), or None."""
+        best, depth = None, -1
+        for name, folders in roots.items():
+            for folder in folders:
+                if filename and (filename == str(folder) or filename.startswith(str(folder) + "/")) \
+                        and len(folder.parts) > depth:
+                    best, depth = name, len(folder.parts)
+        return best
+
+    def _rebind(self, roots: dict[str, list[Path]]) -> dict[str, list[Path]]:
+        new = self.roots()
+        self._present = self._presence(new)
+        self._added(set(new) - set(roots))
+        for name in set(self.live) - set(new):
+            del self.live[name]  # a wiki folder removed (reported as gone)
+        return new
+
+    def catch_up(self, roots: dict[str, list[Path]]) -> None:
+        """Build every watched wiki (incrementally: one whose sources did not change costs a stat per file
+        and is not reported)."""
+        for name in sorted(roots):
+            self._build(name, quiet=True)
 
     def handle(self, paths: set[str], roots: dict[str, list[Path]]) -> bool:
-        """React to one batch of changed ``paths``; True if the set of watched folders must change."""
+        """React to one batch of changed ``paths`` (empty on a timeout, every second); True if the set of
+        watched folders must change."""
         rags = str(self.ws.rags_dir.resolve()) + "/"
-        touched, manifests, rebind = set(self._pending), set(), False
+        touched, manifests, loud, rebind = set(self._pending), set(), set(), False
         self._pending.clear()
         for raw in paths:
             path = str(Path(raw).resolve()) if Path(raw).exists() else raw
@@ -117,8 +257,21 @@ class Watcher:
             for name, folders in roots.items():
                 if any(path.startswith(str(f.resolve()) + "/") or raw.startswith(str(f) + "/") for f in folders):
                     (manifests if Path(raw).name == MANIFEST_NAME else touched).add(name)
-            if self.names is None and Path(raw).parent == self.ws.wikis_dir:
-                rebind = True  # a wiki folder added or removed
+        if self.names is None and (listing := self._wiki_folders()) != self._listing:
+            self._listing, rebind = listing, True  # a wiki folder added, removed or renamed
+        for name, folders in roots.items():  # a folder renamed, removed or back (no event for the root itself)
+            present = tuple(p.is_dir() for p in folders)
+            if present != self._present.get(name):
+                self._present[name] = present
+                rebind = True
+                if not present[0]:
+                    if name in self._valid:
+                        self._gone(name, folders[0])  # (a folder that never held a valid wiki goes quietly)
+                    touched.discard(name)
+                    manifests.discard(name)
+                else:
+                    touched.add(name)
+                    loud.add(name)
         for name in sorted(manifests):
             try:
                 wiki = self.ws.wiki(name)
@@ -126,12 +279,37 @@ class Watcher:
                         != roots.get(name):
                     rebind = True  # its source moved
                 touched.add(name)
+                loud.add(name)
             except WikiragError as exc:
-                self.report(Event("invalid", name, f"{exc}; the previous index keeps serving"))
+                self._problem(Event("invalid", name, _serving_note(f"{exc}")))
                 touched.discard(name)
-        for name in sorted(touched):
-            self._build(name)
+        for name in sorted(touched):  # "up to date" said only where a manifest was fixed or a folder is back
+            if self._present.get(name, (True,))[0]:
+                self._build(name, quiet=name not in loud)
+        self._finished_jobs()
         return rebind
+
+    def _added(self, names: set[str]) -> None:
+        """New wiki folders: validated, then built (a renamed folder keeps its old name: invalid)."""
+        for name in sorted(names):
+            try:
+                self.ws.wiki(name)
+            except WikiragError as exc:
+                self._problem(Event("invalid", name, f"{exc}"))
+                continue
+            self._build(name)
+
+    def _gone(self, name: str, folder: Path) -> None:
+        self._problem(Event("gone", name, f"wiki folder {folder} is gone (renamed or removed): its index went "
+                                          f"with it; compositions that list '{name}' fail until it is back"))
+
+    def _problem(self, event: Event) -> None:
+        """Record and report a failure; the same failure again (one change seen twice, a save that does not
+        fix it) is not reported again."""
+        live = self.live.setdefault(event.name, Live())
+        if live.error != event.message:
+            live.error = event.message
+            self.report(event)
 
     def _composition(self, name: str) -> None:
         try:
@@ -140,24 +318,90 @@ class Watcher:
         except WikiragError as exc:
             self.report(Event("invalid", name, f"{exc}"))
 
-    def _build(self, name: str) -> None:
-        from .index import build
+    def _build(self, name: str, quiet: bool = False) -> None:
+        from .index import KEPT, build
 
+        live = self.live.setdefault(name, Live())
+        if name in self._jobs:
+            self._pending.add(name)  # its first build runs in the background: look again next round
+            return
         started = time.perf_counter()
         try:
-            report = build(self.ws.wiki(name))
+            wiki = self.ws.wiki(name)
+            self._valid.add(name)
+            if self.full_builds_in_background and store.current_build_id(wiki) is None:
+                from . import background
+
+                self._jobs[name] = background.start(self.ws, name)
+                live.building = True
+                return
+            live.building = True
+            report = build(wiki)
         except BuildError as exc:
+            if not self.ws.wikis_dir.joinpath(name).is_dir():
+                return  # renamed or removed meanwhile: reported as gone by handle()
             if "another build" in str(exc):
                 self._pending.add(name)  # someone else is building it: look again next round
                 return
-            self.report(Event("error", name, f"{exc}"))
+            self._problem(Event("error", name, _serving_note(f"{exc}")))
             return
         except WikiragError as exc:
-            self.report(Event("error", name, f"{exc}; the previous index keeps serving"))
+            self._problem(Event("error", name, _serving_note(f"{exc}")))
             return
-        self.report(Event(report.state, name, "", files=report.rechunked, seconds=time.perf_counter() - started))
+        finally:
+            live.building = False
+        kept = [f"{s.path}: {s.reason[:-len(KEPT) - 2]}" for s in report.skipped if s.reason.endswith(KEPT)]
+        self._done(name, report.state, report.rechunked, time.perf_counter() - started,
+                   kept[0] if kept else None, len(kept), quiet)
+
+    def _done(self, name: str, state: str, files: int, seconds: float, kept: str | None, n_kept: int,
+              quiet: bool) -> None:
+        live = self.live.setdefault(name, Live())
+        fixed = live.error is not None  # an up-to-date build after a failure is news: the failure is over
+        live.checked, live.error = time.time(), None
+        if state == "built":
+            live.built = live.checked
+        if not (quiet and state == "up to date" and not fixed):
+            self.report(Event(state, name, "", files=files, seconds=seconds))
+        warning = (f"{n_kept} page(s) cannot be read now ({kept}); their passages of the previous build "
+                   "keep serving") if kept else None
+        if warning is not None and warning != live.warning:
+            self.report(Event("warning", name, warning))
+        live.warning = warning
+
+    def _finished_jobs(self) -> None:
+        for name, job in list(self._jobs.items()):
+            if job.running:
+                continue
+            del self._jobs[name]
+            self.live[name].building = False
+            if job.state == "failed":
+                self._problem(Event("error", name, _serving_note(job.error or "the build failed")))
+            else:
+                self._done(name, job.state, job.files, job.seconds, None, 0, quiet=False)
 
 
 def watch(workspace: Workspace, names: Iterable[str] | None = None, **kwargs) -> None:
     """Run a :class:`Watcher` in this thread until interrupted."""
     Watcher(workspace, names, **kwargs).run()
+
+
+def start_in_thread(workspace: Workspace, names: Iterable[str] | None = None, **kwargs) -> Watcher:
+    """Start a :class:`Watcher` in a daemon thread of this process and return it (set its ``stop`` to end
+    it). Its report goes to the ``wikirag.watch`` log unless ``report`` is given. If watching fails (the
+    wikis folder removed, no more inotify watches), the failure is logged and watching starts again
+    after :data:`RESTART_SECONDS`."""
+    kwargs.setdefault("report", lambda e: (log.warning if e.kind in ("error", "invalid", "gone", "warning")
+                                           else log.info)("%s", e.line()))
+    watcher = Watcher(workspace, names, **kwargs)
+
+    def loop() -> None:
+        while not watcher.stop.is_set():
+            try:
+                watcher.run()
+            except Exception:  # the app keeps serving; watching is tried again
+                log.exception("watching %s failed; trying again in %s s", watcher.ws.home, RESTART_SECONDS)
+                watcher.stop.wait(RESTART_SECONDS)
+
+    threading.Thread(target=loop, name="wikirag-watch", daemon=True).start()
+    return watcher
