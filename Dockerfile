@@ -5,6 +5,8 @@
 # runs it with its Streamlit settings on the command line, so no source files stay in the image.
 # WIKIRAG_DEMO=1 enables the demo accounts (public passwords): for real use, set WIKIRAG_DEMO=0 and
 # mount a users.yaml (wikirag user add) or configure single sign-on (/workspace/.streamlit/secrets.toml).
+# WIKIRAG_WATCH=1: the app rebuilds each wiki as its pages change (wikirag app --watch); a mounted workspace
+# on a file system without inotify (some network or VM mounts) needs WATCHFILES_FORCE_POLLING=1 as well.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -13,6 +15,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     WIKIRAG_HOME=/workspace \
     WIKIRAG_DEMO=1 \
+    WIKIRAG_WATCH=1 \
     WIKIRAG_CACHE=/home/wikirag/.cache/wikirag
 
 # the workspace belongs to the app's user: it writes the indexes, .audit/ and users.yaml there

@@ -48,8 +48,9 @@ def _app_env(app_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _app(app_home: Path, user: User | None = None, page: str | None = None, entry: Path = REPO / "app.py",
-         **params: str) -> AppTest:
-    st.cache_resource.clear()
+         fresh: bool = True, **params: str) -> AppTest:
+    if fresh:  # a new process's resources (fresh=False: the same process, e.g. its one watcher)
+        st.cache_resource.clear()
     at = AppTest.from_file(str(entry), default_timeout=120)
     if user is not None:
         at.session_state["user"] = user
@@ -300,3 +301,54 @@ def test_the_package_router_serves_the_same_pages(app_home: Path) -> None:
     assert not at.exception and not at.error
     assert [t.value for t in at.title] == ["operations/deploying.md"]
     assert any("Cited passage" in c.value for c in at.caption)
+
+
+def test_the_app_watching_its_sources_keeps_itself_fresh(app_home: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wikirag app --watch`` (WIKIRAG_WATCH=1): one watcher in the app's process; an edited page is answerable
+    in the chat on its own; the portal shows "updated N s ago" and the watcher's build errors, each only to
+    users who may see its wiki."""
+    from wikirag.watch import Live
+    from wikirag.webapp import ui
+
+    home = tmp_path / "ws"
+    shutil.copytree(app_home, home)  # with its indexes: nothing to catch up
+    monkeypatch.setenv("WIKIRAG_HOME", str(home))
+    monkeypatch.setenv("WIKIRAG_WATCH", "1")
+    at = _app(home, BUILDER, "pages/portal.py")
+    watcher = ui.live_watcher()
+    try:
+        assert watcher is not None and watcher.ready.wait(60)
+        assert ui.live_watcher() is watcher  # one per process, whichever session asks
+        at.run()
+        assert not at.exception
+        assert any("Live:" in c.value for c in at.caption)
+        table = at.dataframe[0].value
+        assert "updated" in table.columns and all(v.endswith("ago") for v in table["updated"])
+
+        page = home / "wikis/brewing/fundamentals.md"
+        page.write_text(page.read_text() + "\n## Kettle\n\nThe zqxlive kettle must be descaled every 40 days.\n")
+        chat = _app(home, PUBLIC, "pages/chat.py", fresh=False)
+        chat.selectbox[0].select("public-help").run()
+        deadline, answered = time.monotonic() + 20, False
+        while not answered and time.monotonic() < deadline:
+            chat.chat_input[0].set_value("How often must the zqxlive kettle be descaled?").run()
+            answered = "40 days" in chat.chat_message[-1].markdown[0].value
+        assert answered and not chat.exception
+
+        runbooks = home / "wikis/engineering-handbook"
+        moved = tmp_path / "moved"
+        moved.mkdir()
+        for md in list(runbooks.glob("*.md")) + [runbooks / "development", runbooks / "operations"]:
+            md.rename(moved / md.name)  # emptied: the build fails, the previous index keeps serving
+        deadline = time.monotonic() + 20
+        while not (watcher.live.get("engineering-handbook") or Live()).error and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "has nothing to index" in watcher.live["engineering-handbook"].error
+        internal = _app(home, INTERNAL_USER, "pages/portal.py", fresh=False)
+        assert any("engineering-handbook" in e.value and "nothing to index" in e.value for e in internal.error)
+        public = _app(home, PUBLIC, "pages/portal.py", fresh=False)
+        assert not public.exception and "engineering-handbook" not in _text(public)
+        assert "nothing to index" not in _text(public)
+    finally:
+        watcher.stop.set()

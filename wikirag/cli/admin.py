@@ -16,8 +16,11 @@ from .common import Group, workspace
 @click.option("--port", type=int, default=8501, show_default=True, help="Port to serve on.")
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
 @click.option("--demo", is_flag=True, help="Demo mode: the bundled demo accounts work (their passwords are public).")
+@click.option("--watch/--no-watch", default=lambda: os.environ.get("WIKIRAG_WATCH", "") in ("1", "true", "yes"),
+              help="Rebuild each wiki as its sources change (as 'wikirag watch', in the app's process); "
+                   "default: $WIKIRAG_WATCH (set in the Docker image).")
 @click.pass_context
-def app(ctx, port, address, demo):
+def app(ctx, port, address, demo, watch):
     """Start the web app (chat, compare, knowledge base) on this workspace.
 
     Runs 'streamlit run' on the app installed with the package (wikirag/webapp/router.py), in this
@@ -26,7 +29,11 @@ def app(ctx, port, address, demo):
     command line: headless, no usage statistics, no file watcher, minimal toolbar, no error details
     (tracebacks) and no page list in the browser.
 
-    Example: wikirag app --demo   (then open http://127.0.0.1:8501 and sign in as demo-public)
+    With --watch, one watcher (wikirag.watch) runs in the app's process for all sessions: an edited page
+    is rebuilt and answerable within seconds, and the knowledge base shows each wiki's "updated N s ago"
+    and any build error.
+
+    Example: wikirag app --demo --watch   (then open http://127.0.0.1:8501 and sign in as demo-public)
     """
     import subprocess
 
@@ -42,6 +49,9 @@ def app(ctx, port, address, demo):
     if demo:
         env["WIKIRAG_DEMO"] = "1"
         click.echo("demo mode: the demo accounts of the README can sign in", err=True)
+    env["WIKIRAG_WATCH"] = "1" if watch else "0"
+    if watch:
+        click.echo("watching the wikis' sources: each change is rebuilt as it comes", err=True)
     if os.name == "posix":  # streamlit replaces this process: Ctrl-C and `docker stop` (SIGTERM) reach it directly
         sys.stdout.flush()
         sys.stderr.flush()

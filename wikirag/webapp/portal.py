@@ -4,6 +4,9 @@
 highlighted. A wiki above your clearance, or a path that is not one of its pages, is refused (and
 logged by the library) with the same message as a page that does not exist.
 
+With the app watching its sources (``wikirag app --watch``), the wikis table refreshes itself every
+LIVE_SECONDS: each wiki's "updated N s ago" (its index's build time) and the watcher's build errors.
+
 "Rebuild index" starts a build in a background process (:mod:`wikirag.background`) and returns; the page
 shows its progress, refreshing itself while it runs (also after leaving the page and coming back), then its
 result. Queries keep being answered from the previous index meanwhile.
@@ -12,6 +15,7 @@ A Streamlit page script, not a module to import (importing it runs the page): th
 it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``wikirag.webapp``).
 """
 
+import datetime as dt
 import time
 
 import streamlit as st
@@ -26,6 +30,7 @@ params = st.query_params
 REFRESH_SECONDS = 1.0  # how often the page refreshes while a background build runs
 WATCH_SECONDS = 3.0  # how long the page that starts a build watches it before leaving it to the refresh
 RECENT_SECONDS = 900  # a build that ended this long ago is no longer shown
+LIVE_SECONDS = 2.0  # with the app watching: how often the wikis table refreshes ("updated N s ago")
 STATE_ICON = {"fresh": "🟢 fresh", "stale": "🟠 stale", "missing": "🔴 missing", "incompatible": "🔴 incompatible"}
 
 
@@ -98,22 +103,56 @@ def show_wiki(name: str) -> None:
                      query_params={"wiki": name, "path": path})
 
 
+def updated(w: catalog.WikiInfo, live) -> str:
+    """When the wiki's index last changed ("12 s ago"), or that it is being rebuilt."""
+    if live is not None and live.building:
+        return "rebuilding…"
+    if not w.status.built_at:
+        return "never"
+    try:
+        return ui.ago(time.time() - dt.datetime.fromisoformat(w.status.built_at).timestamp())
+    except ValueError:
+        return w.status.built_at
+
+
+def show_wikis() -> list[catalog.WikiInfo]:
+    """The wikis table and their problems; with the app watching (``wikirag app --watch``), refreshed every
+    LIVE_SECONDS with each wiki's "updated N s ago" and the watcher's build errors (of the wikis this user
+    may see only)."""
+    watcher = ui.live_watcher()
+
+    @st.fragment(run_every=LIVE_SECONDS if watcher is not None else None)
+    def table() -> list[catalog.WikiInfo]:
+        wikis = catalog.visible_wikis(ws, user.clearance)
+        if watcher is not None:
+            st.caption(":material/sync: Live: the app rebuilds a wiki within seconds of an edit to its pages.")
+        lives = {w.name: watcher.live.get(w.name) if watcher is not None else None for w in wikis}
+        st.dataframe(
+            [{"wiki": w.name, "title": w.wiki.manifest.title, "description": w.wiki.manifest.description,
+              "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.level), "files": w.status.files,
+              "chunks": w.status.chunks, "updated": updated(w, lives[w.name]),
+              "index": STATE_ICON.get(w.status.state, w.status.state),
+              "dense": w.status.dense or "–"} for w in wikis],
+            hide_index=True, width="stretch")
+        for w in wikis:
+            live = lives[w.name]
+            if live is not None and live.error:
+                st.error(f"**{w.name}**: {live.error}")
+            elif w.status.state != "fresh" and not (live is not None and live.building):
+                st.warning(f"**{w.name}**: index {w.status.state} — {w.status.detail or 'rebuild it'}")
+            if live is not None and (live.warning or live.unwatched):
+                st.warning(f"**{w.name}**: {live.warning or live.unwatched}")
+            if w.status.level_changed:
+                st.warning(f"**{w.name}**: level changed since the build ({w.status.level_changed}) — rebuild it")
+        return wikis
+
+    return table()
+
+
 def show_overview() -> None:
     st.title("Knowledge base")
-    wikis = catalog.visible_wikis(ws, user.clearance)
     st.subheader("Wikis")
-    st.dataframe(
-        [{"wiki": w.name, "title": w.wiki.manifest.title, "description": w.wiki.manifest.description,
-          "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.level), "files": w.status.files,
-          "chunks": w.status.chunks, "last build": w.status.built_at or "–",
-          "index": STATE_ICON.get(w.status.state, w.status.state),
-          "dense": w.status.dense or "–"} for w in wikis],
-        hide_index=True, width="stretch")
-    for w in wikis:
-        if w.status.state != "fresh":
-            st.warning(f"**{w.name}**: index {w.status.state} — {w.status.detail or 'rebuild it'}")
-        if w.status.level_changed:
-            st.warning(f"**{w.name}**: level changed since the build ({w.status.level_changed}) — rebuild it")
+    wikis = show_wikis()
     st.markdown("Browse: " + " · ".join(f"[{w.name}](?wiki={w.name})" for w in wikis))
     for w in wikis:
         st.page_link(ui.PORTAL, label=f"{w.wiki.manifest.title} ({w.name})",

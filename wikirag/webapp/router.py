@@ -32,6 +32,7 @@ def main() -> None:
     st.set_page_config(page_title="wikirag", page_icon=":material/menu_book:", layout="wide")
 
     ui.warm_up()  # loads the indexes in the background while the visitor signs in
+    ui.live_watcher()  # with --watch: the process's watcher, started once
     user = ui.current_user()
     if user is None:
         signin = page_file("signin")

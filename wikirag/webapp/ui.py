@@ -53,6 +53,31 @@ def warm_up() -> threading.Thread:
     return thread
 
 
+WATCH_ENV = "WIKIRAG_WATCH"  # "1": the app watches the wikis' sources (wikirag app --watch; the Docker default)
+
+
+@st.cache_resource
+def live_watcher():
+    """The process's one :class:`wikirag.watch.Watcher` (shared by every session) when the app was started
+    with ``--watch``, else None. Its builds run in a thread of this process (a wiki without an index yet:
+    in a background process), its lines go to the server's log."""
+    import logging
+    import os
+
+    if os.environ.get(WATCH_ENV, "") not in ("1", "true", "yes"):
+        return None
+    from wikirag import watch
+
+    logger = logging.getLogger("wikirag.watch")
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:  # one line per rebuild on the server's stderr, as `wikirag watch` prints them
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s wikirag watch: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    return watch.start_in_thread(workspace(), full_builds_in_background=True)
+
+
 @st.cache_resource
 def user_store() -> UserStore:
     return UserStore.for_home(workspace().home)
@@ -111,6 +136,18 @@ def require_user() -> User:
         st.warning("Please sign in.")
         st.stop()
     return user
+
+
+def ago(seconds: float) -> str:
+    """``12 s ago``, ``5 min ago``, ``3 h ago``, ``2 days ago``."""
+    seconds = max(seconds, 0)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.0f} days ago"
 
 
 def default_model() -> str:
