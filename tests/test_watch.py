@@ -25,8 +25,7 @@ from wikirag.retrieval import search
 
 from .conftest import make_wiki
 
-
-# root without the capabilities that bypass file permissions (None: not root, permissions apply anyway)
+# root without the capabilities that bypass file permissions (empty when not root: permissions apply anyway)
 UNPRIVILEGED = (["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"]
                 if os.geteuid() == 0 else [])
 
