@@ -51,7 +51,7 @@ def app_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextlib.contextmanager
-def _serve(home: Path, how: str) -> Iterator[str]:
+def _serve(home: Path, how: str, *options: str) -> Iterator[str]:
     """Start the app as users do, ``wikirag app`` (the package's router) or, in the checkout, ``streamlit run
     app.py`` (its .streamlit/config.toml applies there); yield its URL once it answers."""
     port = free_port()
@@ -59,7 +59,7 @@ def _serve(home: Path, how: str) -> Iterator[str]:
     env.pop("WIKIRAG_USERS", None)
     if how == "wikirag app":
         command, cwd = [sys.executable, "-m", "wikirag", "--home", str(home), "app", "--port", str(port),
-                        "--address", "127.0.0.1"], home
+                        "--address", "127.0.0.1", *options], home
     else:
         command, cwd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                         "--server.address", "127.0.0.1"], REPO
@@ -184,3 +184,36 @@ def test_a_rebuild_runs_in_the_background_with_progress(app_home: Path, app_url:
             browser.close()
     finally:
         shutil.rmtree(folder)  # the other tests' workspace stays the examples
+
+
+def test_an_app_that_watches_answers_an_edit_on_its_own(app_home: Path, tmp_path: Path) -> None:
+    """``wikirag app --watch``: a page edited on disk is answered in the chat without any rebuild by hand
+    (the seconds it takes are measured by bench/live_app_bench.py)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    home = tmp_path / "ws"
+    shutil.copytree(app_home, home, ignore=shutil.ignore_patterns("cache"))
+    page_file = home / "wikis/brewing/fundamentals.md"
+    with _serve(home, "wikirag app", "--watch") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.get_by_role("textbox", name="User name").fill("demo-public")
+        page.get_by_role("textbox", name="Password").fill("demo-public-pw")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
+        page_file.write_text(page_file.read_text() + "\n## Kettle\n\nThe zqxlive kettle must be descaled every "
+                                                     "40 days.\n")
+        messages = page.locator('[data-testid="stChatMessage"]')
+        deadline, text = time.monotonic() + 30, ""
+        while "40 days" not in text and time.monotonic() < deadline:
+            before = messages.count()
+            page.get_by_placeholder("Ask a question").fill("How often must the zqxlive kettle be descaled?")
+            page.keyboard.press("Enter")
+            answer = messages.nth(before + 1)
+            answer.get_by_text("retrieval", exact=False).first.wait_for(timeout=30_000)
+            text = answer.inner_text()
+        assert "40 days" in text, text
+        page.get_by_role("link", name="Knowledge base").click()
+        expect(page.get_by_text("Live: the app rebuilds")).to_be_visible(timeout=30_000)
+        browser.close()
