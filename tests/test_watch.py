@@ -227,3 +227,22 @@ def test_a_wiki_folder_renamed_is_reported_and_a_new_one_built(garden: Workspace
     finally:
         err = watcher.stop()
     assert "Traceback" not in err, err
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+def test_a_page_that_cannot_be_read_keeps_its_passages(garden: Workspace) -> None:
+    """``wikirag build`` by a process that may not read one page: the page's previous passages stay."""
+    page = garden.home / "wikis/roses/lawns.md"
+    (garden.home / "wikis/roses/roses.md").write_text("# Roses\n\nDeadhead roses through the summer months.\n")
+    page.write_text("# Lawns\n\nMow lawns weekly in summer, and feed them in spring.\n")  # changed: to be read
+    page.chmod(0)
+    try:
+        out = subprocess.run([*UNPRIVILEGED, sys.executable, "-m", "wikirag", "--home", str(garden.home), "build",
+                              "roses"], check=False, capture_output=True, text=True, timeout=60)
+    finally:
+        page.chmod(0o644)
+    assert out.returncode == 0, out.stderr
+    assert "lawns.md: cannot read: Permission denied: its passages of the previous build are kept" in out.stdout + out.stderr
+    hits = {p.path: p for p in _hits(garden, "mow lawns deadhead")}
+    assert set(hits) == {"lawns.md", "roses.md"} and "Deadhead" in hits["roses.md"].text
+    assert "never too short" in hits["lawns.md"].text and hits["lawns.md"].state == "changed"  # the kept text
