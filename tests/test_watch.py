@@ -246,3 +246,21 @@ def test_a_page_that_cannot_be_read_keeps_its_passages(garden: Workspace) -> Non
     hits = {p.path: p for p in _hits(garden, "mow lawns deadhead")}
     assert set(hits) == {"lawns.md", "roses.md"} and "Deadhead" in hits["roses.md"].text
     assert "never too short" in hits["lawns.md"].text and hits["lawns.md"].state == "changed"  # the kept text
+
+
+def test_unchanged_is_the_cheap_check_of_the_catch_up(garden: Workspace) -> None:
+    from wikirag.index import unchanged
+
+    wiki = garden.wiki("roses")
+    assert unchanged(wiki)
+    (garden.home / "wikis/roses/new.md").write_text("# New\n\nA new page about climbing roses on walls.\n")
+    assert not unchanged(wiki)  # a page added
+    build(wiki)
+    assert unchanged(wiki)
+    (garden.home / "wikis/roses/lawns.md").write_text("# Lawns\n\nMow lawns weekly, longer in dry spells.\n")
+    assert not unchanged(wiki)  # a page edited
+    build(wiki)
+    manifest = garden.home / "wikis/roses/.wiki.yaml"
+    manifest.write_text(manifest.read_text().replace("public", "internal"))
+    assert not unchanged(garden.wiki("roses"))  # the level changed
+    assert not unchanged(garden.wiki("alpha"))  # never built

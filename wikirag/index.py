@@ -272,6 +272,28 @@ def _keep_unreadable_folders(got: _Collected, found_skipped: list[Skipped], befo
                       f"in folder {skip.path}, which {skip.reason.replace('cannot read folder', 'cannot be read')}")
 
 
+def unchanged(wiki: Wiki) -> bool:
+    """True when nothing a build reads has changed since the serving build: the same settings and level, the
+    same markdown files with the same sizes and mtimes. Cheap (a ``stat`` per file and the build's file
+    records; no passage is read), and it trusts mtimes: a file rewritten with its old size and mtime is
+    not seen. Used by the watcher's catch-up (:mod:`wikirag.watch`); a build checks the content itself."""
+    build_id = current_build_id(wiki)
+    if build_id is None:
+        return False
+    try:
+        manifest = read_manifest(wiki, build_id)
+        records = read_files(store.build_folder(wiki, build_id), manifest)
+    except (OSError, ValueError, TypeError, KeyError, IndexMissing):
+        return False
+    if manifest.get("settings") != _settings(wiki) or manifest.get("sensitivity") != str(wiki.level):
+        return False
+    found = discover(wiki)
+    if any(s.reason.startswith("cannot read") for s in found.skipped):
+        return False  # let the build say what it keeps
+    now = {f.path: (f.size, f.mtime_ns) for f in found.files}
+    return now == {path: (r.get("size"), r.get("mtime_ns")) for path, r in records.items()}
+
+
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
           vector_sources: list[Path] = ()) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
