@@ -98,6 +98,37 @@ def test_an_edit_is_rebuilt_and_searchable_on_its_own(garden: Workspace) -> None
     assert "Traceback" not in err, err
 
 
+def test_a_workspace_and_source_under_a_hidden_folder_are_watched(home: Path, tmp_path: Path) -> None:
+    # hidden parts of the path above the watched folders (~/.cache/..., ~/.local/share/...) do not count;
+    # hidden parts below them (an editor's swap file, .git/) do
+    hidden = tmp_path / ".cache" / "ws"
+    shutil.move(home, hidden)
+    docs = tmp_path / ".local" / "docs"
+    docs.mkdir(parents=True)
+    (docs / "roses.md").write_text("# Roses\n\nPrune roses in early spring, above an outward bud.\n")
+    make_wiki(hidden, "roses", {"lawns.md": "# Lawns\n\nMow lawns weekly in summer, never too short.\n"})
+    make_wiki(hidden, "docs", {}, extra=f"source: {docs}\n")
+    (hidden / "rags" / "roses.yaml").write_text("sensitivity: public\nwikis: [roses, docs]\n")
+    ws = Workspace(hidden, recheck_seconds=0)
+    build(ws.wiki("roses"))
+    build(ws.wiki("docs"))
+    watcher = WatchProcess(hidden, "roses", "docs")
+    try:
+        (hidden / "wikis/roses/lawns.md").write_text("# Lawns\n\nScarify lawns in autumn and rake out the moss.\n")
+        assert "1 file(s) changed" in watcher.wait_for("roses: built")
+        (docs / "roses.md").write_text("# Roses\n\nDeadhead roses through the summer months.\n")
+        assert "1 file(s) changed" in watcher.wait_for("docs: built")
+        assert {p.path for p in _hits(ws, "scarify deadhead")} == {"lawns.md", "roses.md"}
+        (docs / ".roses.md.swp").write_text("swap")
+        (docs / ".git").mkdir()
+        (docs / ".git" / "HEAD.md").write_text("ref")
+        time.sleep(1.0)
+        assert watcher.lines.empty(), list(watcher.lines.queue)
+    finally:
+        err = watcher.stop()
+    assert "Traceback" not in err, err
+
+
 def test_a_bad_manifest_or_composition_is_reported_and_nothing_is_rebuilt(garden: Workspace) -> None:
     wiki = garden.wiki("roses")
     serving = store.current_build_id(wiki)

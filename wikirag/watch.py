@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from . import store
@@ -80,8 +81,14 @@ class Event:
         return f"{self.name}: {self.message}"
 
 
-def _relevant(change, path: str) -> bool:
+def _relevant(change, path: str, folders: Iterable[Path] = ()) -> bool:
+    """Whether a change of ``path`` can matter to a build. Only the part of the path below the watched
+    folder it is in counts: a workspace under a hidden folder (``~/.cache/…``) is watched like any other."""
     parts = Path(path).parts
+    for folder in folders:
+        if Path(path).is_relative_to(folder):
+            parts = Path(path).relative_to(folder).parts
+            break
     # index folders, and anything hidden (an editor's swap file, .git/) except a wiki's manifest
     if INDEX_DIR_NAME in parts or any(p.startswith(".") and p != MANIFEST_NAME for p in parts):
         return False
@@ -159,7 +166,8 @@ class Watcher:
         rewatched: set[str] = set()  # wikis watched again after a failure: built once the watch is up
         while not self.stop.is_set():
             try:
-                for batch in watchfiles.watch(*self._folders(roots), watch_filter=_relevant,
+                folders = self._folders(roots)
+                for batch in watchfiles.watch(*folders, watch_filter=partial(_relevant, folders=folders),
                                               debounce=self.debounce_ms, step=50, stop_event=self.stop,
                                               rust_timeout=int(RETRY_SECONDS * 1000), yield_on_timeout=True):
                     if first:  # the watches are up: catch up with what changed while nobody watched
