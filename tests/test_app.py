@@ -272,6 +272,20 @@ def test_portal_lists_status_and_rebuilds(app_home: Path) -> None:
         time.sleep(0.5)
         at.run()
     assert ended() and not at.exception
+    assert [s.label for s in at.status if s.label.startswith("brewing: up to date")], [s.label for s in at.status]
+    # the index state in words (no emoji: blank boxes in Debian's Chromium); one way to open a wiki
+    states = set(at.dataframe[0].value["index"])
+    assert states <= {"fresh", "stale: rebuild", "missing: build it", "incompatible: rebuild"}, states
+    assert not [m for m in at.markdown if "Browse:" in m.value]
+    # force: every page re-read and re-chunked, although nothing changed
+    at.checkbox[0].check().run()
+    at.button[0].click().run()
+    forced = lambda: [s.label for s in at.status if s.label.startswith("brewing: built")]
+    deadline = time.monotonic() + 60
+    while not forced() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert forced(), [s.label for s in at.status]  # (without force: "up to date", nothing to do)
     public = _app(app_home, PUBLIC, "pages/portal.py")
     assert not public.main.button  # no rebuild for users who may not build (the sidebar has "Sign out")
 

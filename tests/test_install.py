@@ -149,8 +149,16 @@ def test_wikirag_app_serves_from_any_folder(venv: Path, outside: tuple[Path, dic
         assert flags["--server.port"] == str(port) and flags["--server.address"] == "127.0.0.1"
         assert _streamlit_settings().items() <= flags.items()
         assert "Traceback" not in log.read_text(), log.read_text()
+        # one PID is the app: SIGTERM to it (kill PID, docker stop) stops the server, nothing left serving
+        os.kill(server.pid, signal.SIGTERM)
+        assert server.wait(timeout=20) is not None
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(server.pid, 0)  # no process of its session remains
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:

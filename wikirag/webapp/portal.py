@@ -31,7 +31,10 @@ REFRESH_SECONDS = 1.0  # how often the page refreshes while a background build r
 WATCH_SECONDS = 3.0  # how long the page that starts a build watches it before leaving it to the refresh
 RECENT_SECONDS = 900  # a build that ended this long ago is no longer shown
 LIVE_SECONDS = 2.0  # with the app watching: how often the wikis table refreshes ("updated N s ago")
-STATE_ICON = {"fresh": "🟢 fresh", "stale": "🟠 stale", "missing": "🔴 missing", "incompatible": "🔴 incompatible"}
+# the index's state in words: colour emoji rendered as blank boxes in Debian's Chromium (no emoji font), and
+# a table cell cannot hold Streamlit's icons
+STATE_ICON = {"fresh": "fresh", "stale": "stale: rebuild", "missing": "missing: build it",
+              "incompatible": "incompatible: rebuild"}
 
 
 def show_page(wiki: str, path: str) -> None:
@@ -153,8 +156,7 @@ def show_overview() -> None:
     st.title("Knowledge base")
     st.subheader("Wikis")
     wikis = show_wikis()
-    st.markdown("Browse: " + " · ".join(f"[{w.name}](?wiki={w.name})" for w in wikis))
-    for w in wikis:
+    for w in wikis:  # the one way to open a wiki
         st.page_link(ui.PORTAL, label=f"{w.wiki.manifest.title} ({w.name})",
                      icon=":material/folder_open:", query_params={"wiki": w.name})
     st.subheader("Compositions")
@@ -165,19 +167,21 @@ def show_overview() -> None:
         st.subheader("Rebuild")
         names = [w.name for w in wikis]
         name = st.selectbox("Wiki", names)
+        force = st.checkbox("Force: re-read and re-chunk every page (as `wikirag build --force`), not only "
+                            "the changed ones")
         if st.button("Rebuild index", icon=":material/refresh:") and name:
-            rebuild(name, names)
+            rebuild(name, names, force=force)
         show_builds(names)
 
 
-def rebuild(name: str, visible: list[str]) -> None:
+def rebuild(name: str, visible: list[str], *, force: bool = False) -> None:
     """Start a background build of a wiki this user may see; watch it briefly, so that a build with little
     to do shows its result at once (the page stays interruptible: each update is a Streamlit call)."""
     if name not in visible:
         st.error("That wiki does not exist, or you may not see it.")
         return
     try:
-        job = background.start(ws, name)
+        job = background.start(ws, name, force=force)
     except WikiragError as exc:
         st.error(str(exc))
         return
