@@ -54,6 +54,21 @@ def test_headings_become_paths_and_code_fences_are_not_headings() -> None:
     assert [c.heading for c in chunk_markdown(TEXTS["setext"], "p.md")] == ["Title", "Title > Part"]
 
 
+def test_a_heading_with_no_text_of_its_own_is_no_passage() -> None:
+    text = ("# Cold brew\n\n## Recipe: a one-litre batch of concentrate\n\n### Ingredients and gear\n\n"
+            "- 125 g coffee, coarse\n- 1 litre of cold water\n\n### Steps\n\nSteep for 16 hours, then filter.\n\n"
+            "## Serving, chilled or hot, with milk or water\n\n## A last heading with nothing below it at all\n")
+    chunks = chunk_markdown(text, "p.md", min_chars=10)
+    assert [c.heading for c in chunks] == ["Cold brew > Recipe: a one-litre batch of concentrate > Ingredients and gear",
+                                           "Cold brew > Recipe: a one-litre batch of concentrate > Steps"]
+    assert chunks[0].start == 0 and chunks[0].text.startswith("# Cold brew\n\n## Recipe")  # opens the next one
+    assert all(text[c.start:c.end] == c.text for c in chunks)
+    assert not any(c.text.lstrip("#").strip().startswith(("Serving", "A last")) for c in chunks)
+    # a heading whose text is only a blank line or two is bare too; one with a sentence is not
+    assert len(chunk_markdown("# Guide\n\n\n## Part\n\nEnough words here to keep.\n", "p.md", min_chars=5)) == 1
+    assert len(chunk_markdown("# Guide\n\nIntro.\n\n## Part\n\nEnough words here to keep.\n", "p.md", min_chars=5)) == 2
+
+
 def test_frontmatter_is_not_indexed() -> None:
     text = TEXTS["bom-frontmatter-crlf"]
     chunks = chunk_markdown(text, "p.md")

@@ -37,6 +37,9 @@ from .page import Page, parse_page
 from .passage import Chunk
 
 ENCODING_NAME = "cl100k_base"
+# the rules that cut a page into sections, part of every index's settings (a change re-chunks every page):
+# 2 = a heading with no text of its own opens the next section instead of being a passage
+SECTION_RULES = 2
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the same line breaks markdown-it counts
 MAX_BLOCKS = 100_000  # a build skips a file with more lines that may start a block (see the module docstring)
 _NL = r"(?:\r\n|\r(?!\n)|\n)"  # one line break: a CRLF is one, not a line break and a blank line
@@ -121,29 +124,43 @@ def full_markdown() -> MarkdownIt:
 
 
 def _sections(text: str, body_start: int) -> list[tuple[int, int, str]]:
-    """Split the body at headings: a list of ``(start, end, heading path)`` in file offsets."""
+    """Split the body at headings: a list of ``(start, end, heading path)`` in file offsets. A heading with
+    no text before the next heading is not a section of its own (see :data:`SECTION_RULES`)."""
     body = text[body_start:]
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(body)]
     # markdown-it would not see a heading behind a BOM; a space keeps lengths and lines the same
     parsed = body.replace("\ufeff", " ", 1) if body.startswith("\ufeff") else body
     tokens = _markdown().parse(parsed)
-    cuts: list[tuple[int, int, str]] = []  # (offset in body, level, title)
+    cuts: list[tuple[int, int, str, int]] = []  # (offset in body, level, title, end of the heading's lines)
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.map:
             title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
-            cuts.append((line_starts[token.map[0]], int(token.tag[1]), title))
-    sections: list[tuple[int, int, str]] = []
+            after = line_starts[token.map[1]] if token.map[1] < len(line_starts) else len(body)
+            cuts.append((line_starts[token.map[0]], int(token.tag[1]), title, after))
+    # (start, end, heading path, where the text below its heading starts: None before the first) in body offsets
+    raw: list[tuple[int, int, str, int | None]] = []
     stack: list[tuple[int, str]] = []
-    previous, path = 0, ""
-    for offset, level, title in cuts:
+    previous, path, below = 0, "", None
+    for offset, level, title, after in cuts:
         if offset > previous:
-            sections.append((body_start + previous, body_start + offset, path))
+            raw.append((previous, offset, path, below))
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
         path = " > ".join(t for _, t in stack if t)
-        previous = offset
-    sections.append((body_start + previous, len(text), path))
+        previous, below = offset, after
+    raw.append((previous, len(body), path, below))
+    # a heading followed at once by another one ("## Recipe" then "### Ingredients") is no passage of its
+    # own: it opens the next section (whose heading path names it when it is its parent); a heading alone
+    # at the end of a page is dropped
+    sections: list[tuple[int, int, str]] = []
+    held = None
+    for start, end, path, below in raw:
+        if below is not None and not body[below:end].strip():
+            held = start if held is None else held
+            continue
+        sections.append((body_start + (start if held is None else held), body_start + end, path))
+        held = None
     return sections
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from . import __version__, chunkfile, store
 from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, encode, saved_tokens, tokenize, words_of
-from .chunking import ENCODING_NAME, MAX_BLOCKS, chunk_markdown, count_blocks
+from .chunking import ENCODING_NAME, MAX_BLOCKS, SECTION_RULES, chunk_markdown, count_blocks
 from .dense import build_layer, passage_text
 from .errors import BuildError, EmbeddingError, IndexMissing
 from .graph import PageLinks
@@ -80,7 +80,7 @@ class IndexStatus:
 def _settings(wiki: Wiki) -> dict:
     m = wiki.manifest
     return {
-        "chunking": {**m.chunking.model_dump(), "encoding": ENCODING_NAME},
+        "chunking": {**m.chunking.model_dump(), "encoding": ENCODING_NAME, "sections": SECTION_RULES},
         "tokenizer": TOKENIZER,
         "bm25": BM25_PARAMS,
         "source": str(wiki.source_spec().root),
