@@ -227,6 +227,11 @@ def test_page_view_shows_links_and_backlinks(app_home: Path, user: User, sees_ru
     # the link into the confidential runbooks: opened for a confidential user, plain text for an internal one
     assert ("security-runbooks/rotating-database-credentials.md" in shown) == sees_runbook
     assert ("no page you can open" in shown) != sees_runbook
+    # the page itself: its wikilinks are links to the pages' views (one above the clearance stays text)
+    page = next(m.value for m in at.markdown if m.value.startswith("# Cobalt DB"))
+    assert "[Storage team](portal?wiki=northwind-systems&path=teams%2Fstorage.md)" in page and "[[" not in page
+    runbook = "(portal?wiki=security-runbooks&path=rotating-database-credentials.md)"
+    assert (runbook in page) == sees_runbook
 
 
 def test_chat_round_trip_with_the_offline_default(app_home: Path) -> None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from wikirag import QueryError, Workspace, build, search, store
 from wikirag import index as index_mod
-from wikirag.catalog import page_links
+from wikirag.catalog import linked_markdown, page_links
 from wikirag.cli import cli
 from wikirag.graph import ComposedGraph
 from wikirag.links import Link, PageIndex, parse_links
@@ -246,3 +246,26 @@ def test_portal_links_and_backlinks_respect_clearance(two_levels: Workspace) -> 
     assert [(x.to_wiki, x.to_path) for x in confidential.backlinks] == [("vault", "combination.md")]
     everything = json.dumps([x.__dict__ for x in public.links + public.backlinks])
     assert SECRET not in everything and "combination.md" not in everything
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_wikilinks_are_shown_as_links_to_pages_the_caller_may_see(tmp_path: Path, built: bool) -> None:
+    home = tmp_path / "ws"
+    make_wiki(home, "brew", {"methods/v60.md": "# V60\n\nPour in circles for three minutes in all.\n",
+                             "guide.md": "# Guide\n\nSee [[v60|V60 recipe]], [[v60#Grind]], [the V60](methods/v60.md), "
+                                         "[[nosuch]], [[ops:runbook|the runbook]], [web](https://x.org) and `[[v60]]`.\n"})
+    make_wiki(home, "ops", {"runbook.md": "# Runbook\n\nRestart the broker, then drain the queue slowly.\n"},
+              sensitivity="confidential")
+    ws = Workspace(home, recheck_seconds=0)
+    if built:
+        build(ws.wiki("brew"))
+        build(ws.wiki("ops"))
+    text = (home / "wikis/brew/guide.md").read_text()
+    public = linked_markdown(ws, "brew", "guide.md", text, "public")
+    link = "(portal?wiki=brew&path=methods%2Fv60.md)"
+    assert f"See [V60 recipe]{link}, [v60 › Grind]{link}, [the V60]{link}, nosuch, the runbook, " in public
+    assert "[web](https://x.org)" in public and "`[[v60]]`" in public  # links elsewhere and code as written
+    assert "ops" not in public and "runbook.md" not in public  # a wiki above the clearance: its plain text only
+    confidential = linked_markdown(ws, "brew", "guide.md", text, "confidential")
+    assert "[the runbook](portal?wiki=ops&path=runbook.md)" in confidential
+    assert linked_markdown(ws, "brew", "guide.md", "no links here", "public") == "no links here"

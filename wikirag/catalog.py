@@ -19,6 +19,7 @@ from .cache import DEFAULT_CACHE
 from .composition import Composition
 from .errors import NotFound, WikiragError
 from .index import IndexStatus
+from .links import PageIndex, parse_links
 from .page import parse_page
 from .sources import decode, discover
 from .wiki import Wiki
@@ -194,3 +195,52 @@ def page_links(ws: Workspace, name: str, path: str, clearance: Level | str, user
                 if link.wiki == wiki.name and graph.page_index().resolve(link, "") == path:
                     back.append(LinkView(link.line, link.text, other, src))
     return PageLinksView(links, back)
+
+
+def _page_index(ws: Workspace, name: str, level: Level) -> PageIndex | None:
+    """Resolves link targets to the pages of wiki ``name``; None when the caller may not see it."""
+    try:
+        wiki = ws.wiki(name)
+    except WikiragError:
+        return None
+    if ws.level_of(name) > level:
+        return None
+    try:
+        graph = DEFAULT_CACHE.get(wiki)[0].graph
+        if graph is not None:
+            return graph.page_index()
+    except WikiragError:
+        pass
+    return PageIndex(f.path for f in discover(wiki).files)  # not built yet: its pages as a build reads them
+
+
+def linked_markdown(ws: Workspace, name: str, path: str, text: str, clearance: Level | str,
+                    base: str = "portal") -> str:
+    """``text`` — page ``path`` of wiki ``name``, or a passage of it — with its ``[[wikilinks]]`` and relative
+    page links made markdown links to those pages' views (``base?wiki=…&path=…``), for display. A link to a
+    page the caller may not see (another wiki above ``clearance``) or to no page becomes its plain text, so
+    nothing says whether it exists. Links in code are left as written; offsets of ``text`` are not kept."""
+    level = Level.parse(clearance)
+    links = parse_links(text)
+    if not links:
+        return text
+    indexes: dict[str, PageIndex | None] = {}
+    out, at = [], 0
+    for link in links:
+        if link.kind == "markdown" and link.text.startswith("!"):
+            continue  # an image
+        target_wiki = link.wiki or name
+        if target_wiki not in indexes:
+            indexes[target_wiki] = _page_index(ws, target_wiki, level)
+        pages = indexes[target_wiki]
+        to = pages.resolve(link, path if target_wiki == name else "") if pages is not None else None
+        if link.kind == "wikilink":
+            inner = link.text.lstrip("!")[2:-2]
+            alias = inner.split("|", 1)[1].strip() if "|" in inner else ""
+            label = alias or " › ".join(p for p in (link.target, link.anchor) if p)
+        else:
+            label = link.text[1:link.text.index("](")]
+        query = urllib.parse.urlencode({"wiki": target_wiki, "path": to}) if to else ""
+        out += [text[at:link.start], f"[{label}]({base}?{query})" if to else label]
+        at = link.end
+    return "".join(out + [text[at:]])

@@ -55,13 +55,14 @@ def show_page(wiki: str, path: str) -> None:
     if 0 <= start < end <= len(text):
         cut_start, cut_end = max(start, body), max(end, body)
         line = text.count("\n", 0, start) + 1
-        st.markdown(text[body:cut_start])
+        st.markdown(ui.linked(view.wiki, view.path, text[body:cut_start]))
         with st.container(border=True):
             st.caption(f"Cited passage · line {line} · characters {start}–{end}")
-            st.markdown(f":orange-background[{' '}]" if cut_start == cut_end else text[cut_start:cut_end])
-        st.markdown(text[cut_end:])
+            st.markdown(f":orange-background[{' '}]" if cut_start == cut_end
+                        else ui.linked(view.wiki, view.path, text[cut_start:cut_end]))
+        st.markdown(ui.linked(view.wiki, view.path, text[cut_end:]))
     else:
-        st.markdown(text[body:])
+        st.markdown(ui.linked(view.wiki, view.path, text[body:]))
     show_links(view.wiki, view.path)
     if view.frontmatter:
         with st.expander("Frontmatter"):

@@ -180,13 +180,22 @@ def passage_link(p, key: str) -> None:
                  query_params={"wiki": p.wiki, "path": p.path, "start": str(p.start), "end": str(p.end)})
 
 
+def linked(wiki: str, path: str, text: str) -> str:
+    """``text`` of a page or passage with its wikilinks and page links pointing at the pages' views in the
+    portal, for the signed-in user (:func:`wikirag.catalog.linked_markdown`)."""
+    from wikirag import catalog
+
+    user = current_user()
+    return catalog.linked_markdown(workspace(), wiki, path, text, user.clearance if user else "public")
+
+
 def show_passage(p, n: int, key: str) -> None:
     from wikirag.prompt import label
 
     st.caption(f"[{n}] {label(p)}")
     with st.container(border=True):
         # a passage is a fragment of a page: its headings are shown small, not as page titles
-        st.markdown(re.sub(r"^ {0,3}#{1,6}(?=\s)", "#####", p.text, flags=re.MULTILINE))
+        st.markdown(linked(p.wiki, p.path, re.sub(r"^ {0,3}#{1,6}(?=\s)", "#####", p.text, flags=re.MULTILINE)))
     passage_link(p, key)
 
 
