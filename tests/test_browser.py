@@ -137,7 +137,7 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
 
-        page.get_by_placeholder("Ask a question").fill("How do I roll back a bad production deploy?")
+        page.get_by_placeholder("Ask a question").fill("When are SEV1 action items due?")
         page.keyboard.press("Enter")
         citation = page.get_by_role("button", name="[").filter(has_text="engineering-handbook/").first
         expect(citation).to_be_visible(timeout=60_000)
@@ -145,11 +145,17 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
         page.screenshot(path=str(tmp_path / "answer.png"), full_page=True)
 
         citation.click()
+        expect(page.get_by_role("link", name="Open engineering-handbook/").first).to_be_visible(timeout=10_000)
+        # a passage far down its page (operations/incident-response.md, line 69): the page opens scrolled to it
         link = page.get_by_role("link", name="Open engineering-handbook/").first
-        expect(link).to_be_visible(timeout=10_000)
+        assert int(re.search(r":(\d+)$", link.inner_text().strip()).group(1)) > 30, link.inner_text()
         link.click()
         expect(page.get_by_text("Cited passage")).to_be_visible(timeout=30_000)
-        page.screenshot(path=str(tmp_path / "cited.png"), full_page=True)
+        # the cited characters are highlighted in the page itself and scrolled into view
+        cited = page.locator(".st-key-cited")
+        expect(cited).to_be_in_viewport(timeout=10_000)
+        assert "255, 164, 33" in cited.evaluate("e => getComputedStyle(e).backgroundColor")
+        page.screenshot(path=str(tmp_path / "cited.png"))
         browser.close()
     assert (tmp_path / "answer.png").stat().st_size > 10_000
     assert first_render < 10, f"first page took {first_render:.1f} s"

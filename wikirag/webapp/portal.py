@@ -1,7 +1,7 @@
 """The knowledge base: the wikis and compositions you may see, their pages, index status, rebuilds.
 
 ``?wiki=NAME&path=PAGE[&start=N&end=M]`` shows one page, with characters N to M (a citation)
-highlighted. A wiki above your clearance, or a path that is not one of its pages, is refused (and
+highlighted in the page's flow and scrolled into view (a fixed script, :data:`CITED`). A wiki above your clearance, or a path that is not one of its pages, is refused (and
 logged by the library) with the same message as a page that does not exist.
 
 With the app watching its sources (``wikirag app --watch``), the wikis table refreshes itself every
@@ -36,6 +36,12 @@ LIVE_SECONDS = 2.0  # with the app watching: how often the wikis table refreshes
 STATE_ICON = {"fresh": "fresh", "stale": "stale: rebuild", "missing": "missing: build it",
               "incompatible": "incompatible: rebuild"}
 
+# the cited characters: highlighted where they are in the page, and the page scrolled to them once they render
+CITED = """<style>.st-key-cited {background: rgba(255, 164, 33, 0.16); border-left: 0.3rem solid rgb(255, 164, 33);
+padding: 0.4rem 0.8rem; border-radius: 0.3rem;}</style>
+<script>(function go(n) { const el = window.parent.document.querySelector(".st-key-cited") || document.querySelector(".st-key-cited");
+if (el) { el.scrollIntoView({block: "center"}); } else if (n < 100) { setTimeout(() => go(n + 1), 100); } })(0);</script>"""
+
 
 def show_page(wiki: str, path: str) -> None:
     try:
@@ -56,11 +62,12 @@ def show_page(wiki: str, path: str) -> None:
         cut_start, cut_end = max(start, body), max(end, body)
         line = text.count("\n", 0, start) + 1
         st.markdown(ui.linked(view.wiki, view.path, text[body:cut_start]))
-        with st.container(border=True):
+        with st.container(key="cited"):  # highlighted in the page's flow, and scrolled into view
             st.caption(f"Cited passage · line {line} · characters {start}–{end}")
             st.markdown(f":orange-background[{' '}]" if cut_start == cut_end
                         else ui.linked(view.wiki, view.path, text[cut_start:cut_end]))
         st.markdown(ui.linked(view.wiki, view.path, text[cut_end:]))
+        st.html(CITED, unsafe_allow_javascript=True)  # a fixed script and style, nothing of the page in it
     else:
         st.markdown(ui.linked(view.wiki, view.path, text[body:]))
     show_links(view.wiki, view.path)
