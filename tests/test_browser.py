@@ -161,6 +161,61 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
     assert first_render < 10, f"first page took {first_render:.1f} s"
 
 
+def _sign_in(page, name: str) -> None:
+    from playwright.sync_api import expect
+
+    page.get_by_role("textbox", name="User name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(f"{name}-pw")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
+
+
+def test_a_sign_in_survives_reloads_and_tabs_and_a_shared_link_lands_on_its_characters(app_home: Path,
+                                                                                       app_url: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    source = (app_home / "wikis/engineering-handbook/operations/incident-response.md").read_text(encoding="utf-8")
+    start = source.index("Action items from SEV1")
+    end = source.index("\n", start)
+    link = (f"{app_url}/portal?wiki=engineering-handbook&path=operations%2Fincident-response.md"
+            f"&start={start}&end={end}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        # a shared link opened signed out: the sign-in form there (no "page not found"), then the page and its
+        # characters, highlighted and in view
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        page.goto(link)
+        page.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        expect(page.get_by_text("Page not found")).to_have_count(0)
+        _sign_in(page, "demo-internal")
+        expect(page.locator(".st-key-cited")).to_be_in_viewport(timeout=30_000)
+        assert "/portal?" in page.url and f"start={start}" in page.url
+        # the cookie holds an opaque token only: no name, clearance or password
+        cookies = {c["name"]: c for c in context.cookies()}
+        token = cookies["wikirag_session"]["value"]
+        assert len(token) >= 40 and "demo" not in token and "internal" not in token
+        # a reload, and a second tab: still signed in, on the same page
+        page.reload()
+        expect(page.locator(".st-key-cited")).to_be_in_viewport(timeout=30_000)
+        expect(page.get_by_text("Signed in as")).to_be_visible()
+        other = context.new_page()
+        other.goto(f"{app_url}/compare")
+        expect(other.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
+        # sign-out ends it everywhere: the other tab's reload and the old cookie sign nobody in
+        other.get_by_role("button", name="Sign out").click()
+        other.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        page.reload()
+        page.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        stale = browser.new_context()
+        stale.add_cookies([{"name": "wikirag_session", "value": token, "url": app_url}])
+        again = stale.new_page()
+        again.goto(f"{app_url}/portal")
+        again.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        expect(again.get_by_text("Signed in as")).to_have_count(0)
+        browser.close()
+
+
 def test_a_rebuild_runs_in_the_background_with_progress(app_home: Path, app_url: str) -> None:
     """A wiki big enough that its build outlasts the page's first look at it: the progress shows, then the
     page refreshes itself to the result (wikirag.background, the portal's fragment)."""

@@ -230,3 +230,38 @@ def test_user_commands(tmp_path: Path) -> None:
     assert listed.stdout.split() == ["alice", "internal"]
     assert runner.invoke(cli, ["--home", str(tmp_path), "user", "remove", "alice"]).exit_code == 0
     assert runner.invoke(cli, ["--home", str(tmp_path), "user", "remove", "alice"]).exit_code == 1
+
+
+def test_sessions_are_held_server_side_and_end_everywhere(tmp_path: Path, monkeypatch) -> None:
+    import time as time_mod
+
+    from wikirag.sessions import SessionStore
+
+    users = UserStore(tmp_path / "users.yaml")
+    users.add("ana", "a-long-password", "internal")
+    users.add("bo", "another-password", "public")
+    store = SessionStore(tmp_path)
+    ana = users.authenticate("ana", "a-long-password")
+    first, _ = store.start(ana)
+    second, _ = store.start(ana)  # another browser
+    bo, _ = store.start(users.authenticate("bo", "another-password"))
+    assert store.user(first, users)[0] == ana and store.user(second, users)[0] == ana
+    # the file holds no token, and only its owner may read it
+    held = store.path.read_text()
+    assert first not in held and second not in held and (store.path.stat().st_mode & 0o077) == 0
+    assert store.user("forged-" + first, users) is None and store.user("", users) is None
+    assert store.user(None, users) is None and store.user("x" * 10_000, users) is None
+    # the account as it is now: a changed clearance applies, a removed account signs nobody in
+    users.add("ana", "a-long-password", "confidential")
+    assert store.user(first, users)[0].clearance is Level.CONFIDENTIAL
+    # sign-out ends every session of that user, not another user's
+    assert store.end_all("ana") == 2
+    assert store.user(first, users) is None and store.user(second, users) is None
+    assert store.user(bo, users)[0].name == "bo"
+    users.remove("bo")
+    assert store.user(bo, users) is None
+    # 8 hours later a session has ended
+    users.add("bo", "another-password", "public")
+    later = time_mod.time() + 8 * 3600 + 1
+    monkeypatch.setattr(time_mod, "time", lambda: later)
+    assert store.user(bo, users) is None

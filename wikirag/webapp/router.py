@@ -34,6 +34,7 @@ def main() -> None:
     ui.warm_up()  # loads the indexes in the background while the visitor signs in
     ui.live_watcher()  # with --watch: the process's watcher, started once
     user = ui.current_user()
+    ui.session_cookie()
     if user is None:
         signin = page_file("signin")
         # every page of the signed-out navigation is the sign-in page, titled so (the tab names no other page);

@@ -45,7 +45,8 @@ if submitted:
         log.exception("sign-in failed unexpectedly")
         st.error("Sign-in failed. Try again; if it keeps failing, ask an administrator (the server's log says why).")
     else:
-        ui.sign_in(user)
+        token, started = ui.session_store().start(user)  # kept server-side; the browser gets the token only
+        ui.sign_in(user, token=token, started=started)
         st.rerun()
 
 if ui.sso_configured():

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from wikirag import sessions as sessions_mod
 from wikirag.errors import AuthError, ConfigError
 from wikirag.users import User, UserStore, check_cookie_secret, sso_user
 from wikirag.webapp import page_file
@@ -23,7 +24,7 @@ from wikirag.workspace import Workspace
 if TYPE_CHECKING:
     from streamlit.navigation.page import StreamlitPage
 
-SESSION_HOURS = 8  # a sign-in lasts this long, then the user signs in again
+SESSION_HOURS = sessions_mod.SESSION_HOURS  # a sign-in lasts this long, then the user signs in again
 PORTAL = str(page_file("portal"))  # the knowledge-base page, as the router registers it (see wikirag.webapp)
 
 
@@ -100,12 +101,25 @@ def sso_configured() -> bool:
     return True
 
 
+@st.cache_resource(show_spinner=False)
+def session_store() -> sessions_mod.SessionStore:
+    return sessions_mod.SessionStore(workspace().home)
+
+
 def current_user() -> User | None:
-    """The session's user: signed in with a password, or through single sign-on. Expired → None."""
+    """The session's user: signed in with a password (in this browser session, or in an earlier one whose
+    cookie names a live server-side session: a reload, another tab, a shared link), or through single
+    sign-on. Expired → None."""
     user, since = st.session_state.get("user"), st.session_state.get("signed_in_at", 0.0)
     if user is not None and time.time() - since > SESSION_HOURS * 3600:
         sign_out()
         return None
+    if user is None and not st.session_state.get("signed_out"):
+        token = _cookie()
+        restored = session_store().user(token, user_store()) if token else None
+        if restored is not None:
+            sign_in(restored[0], token=token, started=restored[1])
+            return restored[0]
     if user is None and sso_configured() and getattr(st.user, "is_logged_in", False):
         try:
             user = sso_user(str(st.user.get("email", "")), workspace().home)
@@ -116,17 +130,48 @@ def current_user() -> User | None:
     return user
 
 
-def sign_in(user: User) -> None:
+def sign_in(user: User, token: str | None = None, started: float | None = None) -> None:
+    """Sign ``user`` in for this browser session; ``token`` names the server-side session (a password
+    sign-in: :mod:`wikirag.sessions`) that the browser's cookie keeps across reloads."""
     st.session_state.clear()  # nothing from before the sign-in survives it
     st.session_state["user"] = user
-    st.session_state["signed_in_at"] = time.time()
+    st.session_state["signed_in_at"] = time.time() if started is None else started
+    st.session_state["session_token"] = token
 
 
 def sign_out() -> None:
-    via = getattr(st.session_state.get("user"), "via", None)
+    """End the sign-in: every server-side session of the user (in every browser), and this one's cookie."""
+    user = st.session_state.get("user")
     st.session_state.clear()
-    if via == "sso":
+    if user is not None and user.via != "sso":
+        session_store().end_all(user.name)
+    st.session_state["signed_out"] = True  # the cookie this page was loaded with is no sign-in any more
+    if user is not None and user.via == "sso":
         st.logout()
+
+
+# the session cookie, set or cleared by a fixed script (Streamlit cannot set response headers): the token is
+# url-safe base64, nothing else of the session goes into it
+_COOKIE_JS = ('<script>document.cookie = "{name}={value}; Path=/; Max-Age={age}; SameSite=Strict"'
+              ' + (location.protocol === "https:" ? "; Secure" : "");</script>')
+
+
+def _cookie() -> str | None:
+    """The session cookie this page was loaded with (None outside a browser, e.g. in AppTest)."""
+    value = st.context.cookies.get(sessions_mod.COOKIE)
+    return value if isinstance(value, str) else None
+
+
+def session_cookie() -> None:
+    """Keep the browser's cookie in step with the session: set it after a sign-in, clear it after a
+    sign-out or when it names no live session (called on every run by the router)."""
+    have = _cookie()
+    token = st.session_state.get("session_token") if st.session_state.get("user") is not None else None
+    if token and have != token and re.fullmatch(r"[A-Za-z0-9_-]+", token):
+        st.html(_COOKIE_JS.format(name=sessions_mod.COOKIE, value=token, age=int(SESSION_HOURS * 3600)),
+                unsafe_allow_javascript=True)
+    elif not token and have:
+        st.html(_COOKIE_JS.format(name=sessions_mod.COOKIE, value="", age=0), unsafe_allow_javascript=True)
 
 
 def require_user() -> User:

@@ -1,0 +1,99 @@
+"""Web-app sign-in sessions that outlive a page reload: held on the server, named by an opaque token.
+
+A password sign-in creates a session: a random token (``secrets.token_urlsafe``, 256 bits) that the
+browser keeps in a cookie, and on the server the token's SHA-256 with the user's name and the session's
+start and end (:data:`SESSION_HOURS` later), in ``<workspace>/.sessions/sessions.json`` (mode 0600,
+written atomically). The browser holds nothing but the token: no name, clearance or password. A new page
+load (a reload, a second tab, a shared link) sends the cookie and :meth:`SessionStore.user` turns it back
+into the user, with the clearance and build right of the account *as it is now* (an account removed or
+changed since applies at once). Signing out ends every session of that user, in every browser; an expired
+session is refused and dropped.
+
+Why not an HttpOnly cookie: Streamlit gives a page no way to set response headers, so the token is set by
+a fixed script of the app (``document.cookie``, ``SameSite=Strict``, ``Secure`` over HTTPS). Page text is
+never rendered as HTML or script (markdown without HTML), so no wiki content can read it, and a stolen token
+is worthless after sign-out or its 8 hours. Single sign-on users keep Streamlit's own ``st.login`` session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .errors import WikiragError
+from .users import User, UserStore
+
+SESSION_HOURS = 8
+COOKIE = "wikirag_session"
+_lock = threading.Lock()
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+class SessionStore:
+    """The sessions of one workspace's app (see the module docstring)."""
+
+    def __init__(self, home: Path, hours: float = SESSION_HOURS):
+        self.path = Path(home) / ".sessions" / "sessions.json"
+        self.seconds = hours * 3600
+
+    def _read(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, data: dict[str, dict]) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sessions-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(data, out)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def start(self, user: User) -> tuple[str, float]:
+        """A new session for ``user``: (the token for the browser, the time it started)."""
+        token, now = secrets.token_urlsafe(32), time.time()
+        with _lock:
+            data = {k: v for k, v in self._read().items() if v.get("ends", 0) > now}  # the expired go
+            data[_digest(token)] = {"user": user.name, "started": now, "ends": now + self.seconds}
+            self._write(data)
+        return token, now
+
+    def user(self, token: str | None, users: UserStore) -> tuple[User, float] | None:
+        """The user of a live session and when it started, with the account as it is now; None for no
+        token, an unknown, ended or expired one, or an account that is gone."""
+        if not isinstance(token, str) or not token or len(token) > 200:
+            return None
+        entry = self._read().get(_digest(token))
+        if not isinstance(entry, dict) or entry.get("ends", 0) <= time.time():
+            return None
+        try:
+            account = users.load().users.get(entry.get("user"))
+        except WikiragError:  # an unusable accounts file: nobody is signed in from it
+            return None
+        if account is None:
+            return None
+        return User(entry["user"], account.clearance, account.can_build), float(entry.get("started", 0))
+
+    def end_all(self, name: str) -> int:
+        """End every session of user ``name`` (sign-out ends it in every browser); how many there were."""
+        with _lock:
+            data = self._read()
+            kept = {k: v for k, v in data.items() if v.get("user") != name and v.get("ends", 0) > time.time()}
+            if len(kept) != len(data):
+                self._write(kept)
+            return len(data) - len(kept)
