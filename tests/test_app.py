@@ -371,3 +371,42 @@ def test_the_app_watching_its_sources_keeps_itself_fresh(app_home: Path, tmp_pat
         assert "nothing to index" not in _text(public)
     finally:
         watcher.stop.set()
+
+
+def test_defaults_follow_the_workspace_and_each_users_last_choice(app_home: Path) -> None:
+    # a composition added later, first by name, does not become the default
+    (app_home / "rags/aaa-notes.yaml").write_text("sensitivity: public\nwikis: [brewing]\n")
+    try:
+        for user, wanted in [(User("fresh-public", Level.PUBLIC), "public-help"),
+                             (User("fresh-internal", Level.INTERNAL), "engineering"),
+                             (User("fresh-confidential", Level.CONFIDENTIAL), "security")]:
+            at = _app(app_home, user, "pages/chat.py")
+            assert at.selectbox[0].value == wanted, user
+        # a user's last choice is offered first, in a later session too
+        picker = User("picks-systems", Level.INTERNAL)
+        _app(app_home, picker, "pages/chat.py").selectbox[0].select("systems").run()
+        assert _app(app_home, picker, "pages/chat.py").selectbox[0].value == "systems"
+        # compare: the two that differ most in what they cover (security and public-help share no wiki)
+        at = _app(app_home, User("fresh-compare", Level.CONFIDENTIAL), "pages/compare.py")
+        assert at.multiselect[0].value == ["security", "public-help"]
+        at.multiselect[0].set_value(["engineering", "systems"])
+        at.text_input[1].input("Who owns Cobalt DB?")
+        at.button[0].click().run()
+        assert _app(app_home, User("fresh-compare", Level.CONFIDENTIAL), "pages/compare.py").multiselect[0].value \
+            == ["engineering", "systems"]
+    finally:
+        (app_home / "rags/aaa-notes.yaml").unlink()
+
+
+def test_a_user_with_one_composition_compares_it_with_wikis(app_home: Path) -> None:
+    at = _app(app_home, User("lone-public", Level.PUBLIC), "pages/compare.py")
+    assert not at.exception and not [i for i in at.info if "at least two" in i.value]
+    assert at.multiselect[0].options == ["brewing", "wikirag-guide"]
+    at.multiselect[0].set_value(["brewing"])
+    at.text_input[1].input("How hot should the water be for a V60?")
+    at.button[0].click().run()
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["public-help", "ad hoc: brewing"]
+    shown = _text(at)
+    for secret in [*INTERNAL, *CONFIDENTIAL]:
+        assert secret not in shown

@@ -52,6 +52,33 @@ def visible_compositions(ws: Workspace, clearance: Level | str) -> list[Composit
     return listing(ws, clearance, wikis=False).compositions
 
 
+def preferred(compositions: list[Composition], last: str | None = None) -> list[Composition]:
+    """``compositions`` in the order the app offers them: the user's last choice (``last``, when it is one
+    of them), then those marked ``default: true`` from the highest level down (the most specific to the
+    user's clearance: a public user gets the public help, an engineer the engineering one), then the rest by
+    name. Adding a composition never changes the default unless it is marked so."""
+    def rank(c: Composition) -> tuple:
+        return (c.name != last, not c.spec.default, -int(c.level) if c.spec.default else 0, c.name)
+
+    return sorted(compositions, key=rank)
+
+
+def most_different(compositions: list[Composition], first: str | None = None) -> list[str]:
+    """Two compositions to compare that differ most in what they cover (the fewest wikis in common, as a
+    share of all they list), starting with ``first`` when given; ties go to the order of ``compositions``."""
+    if len(compositions) < 2:
+        return [c.name for c in compositions]
+    pairs = [(a, b) for i, a in enumerate(compositions) for b in compositions[i + 1:]
+             if first is None or a.name == first or b.name == first]
+
+    def overlap(pair: tuple[Composition, Composition]) -> float:
+        x, y = set(pair[0].names), set(pair[1].names)
+        return len(x & y) / len(x | y)
+
+    a, b = min(pairs, key=overlap) if pairs else (compositions[0], compositions[1])
+    return [a.name, b.name] if first is None or a.name == first else [b.name, a.name]
+
+
 @dataclass(frozen=True)
 class Listing:
     """What ``wikirag list`` shows a caller: the wikis and compositions they may see, how many others

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .access import Level
 from .answers import Answer, AnswerResult, answer
+from .composition import Composition
 from .errors import QueryError
 from .workspace import Workspace
 
@@ -35,10 +36,12 @@ class Comparison:
         return {key for key, count in seen.items() if count > 1}
 
 
-def compare(ws: Workspace, compositions: list[str], question: str, *, clearance: Level | str,
+def compare(ws: Workspace, compositions: list[str | Composition], question: str, *, clearance: Level | str,
             model: str | None = None, k: int | None = None, user: str | None = None) -> Iterator[tuple[str, Answer]]:
-    """Start an answer per composition (2 to 4), in order; each is refused if above ``clearance``."""
+    """Start an answer per composition (2 to 4), in order; each is refused if above ``clearance``. A
+    composition may be an ad-hoc one (:meth:`Workspace.adhoc`), named ``ad hoc: wiki, wiki``."""
     if not 2 <= len(compositions) <= 4:
         raise QueryError(f"compare two to four compositions, not {len(compositions)}: pick 2 to 4")
-    for name in compositions:
-        yield name, answer(ws, name, question, clearance=clearance, model=model, k=k, user=user)
+    for target in compositions:
+        name = target if isinstance(target, str) else f"ad hoc: {', '.join(target.names)}"
+        yield name, answer(ws, target, question, clearance=clearance, model=model, k=k, user=user)

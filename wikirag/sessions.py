@@ -52,14 +52,15 @@ class SessionStore:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def _write(self, data: dict[str, dict]) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sessions-")
+    def _write(self, data: dict[str, dict], path: Path | None = None) -> None:
+        path = path or self.path
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sessions-")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 json.dump(data, out)
             os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -97,3 +98,31 @@ class SessionStore:
             if len(kept) != len(data):
                 self._write(kept)
             return len(data) - len(kept)
+
+    # what each user last chose in the app (a composition, a pair to compare), kept across sessions
+    def _choices_path(self) -> Path:
+        return self.path.with_name("choices.json")
+
+    def recall(self, name: str, what: str) -> object:
+        """User ``name``'s last choice of ``what`` (e.g. ``"chat"``), or None."""
+        try:
+            data = json.loads(self._choices_path().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        entry = data.get(name) if isinstance(data, dict) else None
+        return entry.get(what) if isinstance(entry, dict) else None
+
+    def remember(self, name: str, what: str, value: object) -> None:
+        """Keep user ``name``'s choice of ``what`` (written only when it changed)."""
+        with _lock:
+            path = self._choices_path()
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = {}
+            if not isinstance(data, dict):
+                data = {}
+            if data.get(name, {}).get(what) == value:
+                return
+            data.setdefault(name, {})[what] = value
+            self._write(data, path)

@@ -13,13 +13,18 @@ from wikirag.webapp import ui
 
 user = ui.require_user()
 ws = ui.workspace()
-compositions = {c.name: c for c in catalog.visible_compositions(ws, user.clearance)}
 ADHOC = "Ad hoc: pick wikis…"
+# offered first: the user's last choice, else the workspace's default for their clearance (catalog.preferred)
+last = ui.session_store().recall(user.name, "chat")
+compositions = {c.name: c for c in catalog.preferred(catalog.visible_compositions(ws, user.clearance))}
 
 st.title("Chat")
 left, right = st.columns([2, 1])
-choice = left.selectbox("Composition", [*compositions, ADHOC],
+options = [*compositions, ADHOC]
+choice = left.selectbox("Composition", options, index=options.index(last) if last in options else 0,
                         format_func=lambda n: n if n == ADHOC else f"{n} — {compositions[n].spec.description}")
+if choice != last:
+    ui.session_store().remember(user.name, "chat", choice)
 model = right.text_input("Model", value=ui.default_model(),
                          help="'extractive' (offline, verbatim sentences), 'local' (bundled small LLM), "
                               "or a LiteLLM model such as openai/gpt-4o-mini")

@@ -13,26 +13,43 @@ from wikirag.webapp import ui
 
 user = ui.require_user()
 ws = ui.workspace()
-names = [c.name for c in catalog.visible_compositions(ws, user.clearance)]
+comps = catalog.preferred(catalog.visible_compositions(ws, user.clearance))
+names = [c.name for c in comps]
+store = ui.session_store()
+last = store.recall(user.name, "compare")
 
 st.title("Compare compositions")
-if len(names) < 2:
-    st.info("You need at least two compositions you may use to compare.")
+if not names:
+    st.info("No composition you may use: ask an administrator for one.")
     st.stop()
 with st.form("compare"):
-    chosen = st.multiselect("Compositions (2 to 4)", names, default=names[:2], max_selections=4)
+    if len(names) >= 2:
+        # preselected: the user's last pair (or set), else the two that differ most in what they cover
+        remembered = isinstance(last, list) and 2 <= len(last) <= 4 and set(last) <= set(names)
+        chosen = st.multiselect("Compositions (2 to 4)", names, max_selections=4,
+                                default=last if remembered else catalog.most_different(comps, names[0]))
+        wikis: list[str] = []
+    else:  # one composition: compare it with wikis of your choice
+        chosen = names
+        visible = [w.name for w in catalog.visible_wikis(ws, user.clearance)]
+        outside = [w for w in visible if w not in comps[0].names]
+        wikis = st.multiselect(f"Compare **{names[0]}** with these wikis (ad hoc)", visible,
+                               default=(outside or visible)[:1])
     model = st.text_input("Model", value=ui.default_model())
     question = st.text_input("Question")
     go = st.form_submit_button("Compare", type="primary")
 
 if go:
-    if not 2 <= len(chosen) <= 4 or not question.strip():
-        st.warning("Pick two to four compositions and ask a question.")
+    targets = [*chosen, *([ws.adhoc(wikis, user.clearance)] if wikis else [])]
+    if not 2 <= len(targets) <= 4 or not question.strip():
+        st.warning("Pick two to four compositions (or a composition and some wikis) and ask a question.")
         st.stop()
+    if len(names) >= 2:
+        store.remember(user.name, "compare", list(chosen))
     results = {}
-    columns = st.columns(len(chosen))
+    columns = st.columns(len(targets))
     try:
-        for (name, stream), column in zip(compare(ws, chosen, question, clearance=user.clearance,
+        for (name, stream), column in zip(compare(ws, targets, question, clearance=user.clearance,
                                                             model=model.strip() or None, user=user.name),
                                           columns):
             with column:
