@@ -216,6 +216,50 @@ def test_a_sign_in_survives_reloads_and_tabs_and_a_shared_link_lands_on_its_char
         browser.close()
 
 
+@pytest.mark.parametrize("width", [1400, 390])  # a laptop and a phone
+def test_every_page_fits_a_laptop_and_a_phone(app_home: Path, app_url: str, tmp_path: Path, width: int) -> None:
+    """Chat, compare, the knowledge base and a page view, with content, at both widths: nothing wider than the
+    screen, and screenshots (into $WIKIRAG_SCREENSHOTS when set: the README's docs/ were taken so)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    out = Path(os.environ.get("WIKIRAG_SCREENSHOTS") or tmp_path)
+    source = (app_home / "wikis/brewing/fundamentals.md").read_text(encoding="utf-8")
+    start = source.index("For filter coffee")
+    end = source.index("\n\n", start)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": width, "height": 900 if width > 500 else 844})
+        page.goto(f"{app_url}/chat")
+        page.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        _sign_in(page, "demo-confidential")
+
+        def fits(name: str) -> None:
+            page.wait_for_timeout(500)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width + 1, f"{name} is {wide} px wide at {width} px"
+            page.screenshot(path=str(out / f"{name}-{width}.png"))
+
+        page.get_by_placeholder("Ask a question").fill("What do I do first when an API key has leaked?")
+        page.keyboard.press("Enter")
+        expect(page.get_by_role("button", name="[").first).to_be_visible(timeout=60_000)
+        fits("chat")
+        page.goto(f"{app_url}/compare")
+        page.get_by_role("textbox", name="Question").wait_for(timeout=30_000)
+        page.get_by_role("textbox", name="Question").fill("How do I rotate a leaked API key?")
+        page.get_by_role("button", name="Compare").click()
+        expect(page.get_by_text("passage(s) found by more than one composition")).to_be_visible(timeout=60_000)
+        fits("compare")
+        page.goto(f"{app_url}/portal")
+        expect(page.get_by_role("link", name="Brewing").first).to_be_visible(timeout=30_000)
+        # every wiki's status is on screen, in words
+        expect(page.get_by_text(re.compile(r"confidential · \d+ files · \d+ passages"))).to_be_visible()
+        fits("portal")
+        page.goto(f"{app_url}/portal?wiki=brewing&path=fundamentals.md&start={start}&end={end}")
+        expect(page.locator(".st-key-cited")).to_be_in_viewport(timeout=30_000)
+        fits("page")
+        browser.close()
+
+
 def test_a_rebuild_runs_in_the_background_with_progress(app_home: Path, app_url: str) -> None:
     """A wiki big enough that its build outlasts the page's first look at it: the progress shows, then the
     page refreshes itself to the result (wikirag.background, the portal's fragment)."""

@@ -127,7 +127,7 @@ def updated(w: catalog.WikiInfo, live) -> str:
 
 
 def show_wikis() -> list[catalog.WikiInfo]:
-    """The wikis table and their problems; with the app watching (``wikirag app --watch``), refreshed every
+    """The wikis (a card each: title link, description, status) and their problems; with the app watching (``wikirag app --watch``), refreshed every
     LIVE_SECONDS with each wiki's "updated N s ago" and the watcher's build errors (of the wikis this user
     may see only)."""
     watcher = ui.live_watcher()
@@ -138,23 +138,27 @@ def show_wikis() -> list[catalog.WikiInfo]:
         if watcher is not None:
             st.caption(":material/sync: Live: the app rebuilds a wiki within seconds of an edit to its pages.")
         lives = {w.name: watcher.live.get(w.name) if watcher is not None else None for w in wikis}
-        st.dataframe(
-            [{"wiki": w.name, "title": w.wiki.manifest.title, "description": w.wiki.manifest.description,
-              "tags": ", ".join(w.wiki.manifest.tags), "sensitivity": str(w.level), "files": w.status.files,
-              "chunks": w.status.chunks, "updated": updated(w, lives[w.name]),
-              "index": STATE_ICON.get(w.status.state, w.status.state),
-              "dense": w.status.dense or "–"} for w in wikis],
-            hide_index=True, width="stretch")
+        # one card per wiki, not a wide table: it wraps to any width (a 10-column table was cut off at
+        # 1,400 px and unreadable on a phone), and its title is the one way to open the wiki
         for w in wikis:
             live = lives[w.name]
-            if live is not None and live.error:
-                st.error(f"**{w.name}**: {live.error}")
-            elif w.status.state != "fresh" and not (live is not None and live.building):
-                st.warning(f"**{w.name}**: index {w.status.state} — {w.status.detail or 'rebuild it'}")
-            if live is not None and (live.warning or live.unwatched):
-                st.warning(f"**{w.name}**: {live.warning or live.unwatched}")
-            if w.status.level_changed:
-                st.warning(f"**{w.name}**: level changed since the build ({w.status.level_changed}) — rebuild it")
+            with st.container(border=True, key=f"wiki-{w.name}"):
+                st.page_link(ui.PORTAL, label=f"{w.wiki.manifest.title} ({w.name})",
+                             icon=":material/folder_open:", query_params={"wiki": w.name})
+                if w.wiki.manifest.description:
+                    st.markdown(w.wiki.manifest.description)
+                tags = f" · tags: {', '.join(w.wiki.manifest.tags)}" if w.wiki.manifest.tags else ""
+                st.caption(f"{w.level} · {w.status.files} files · {w.status.chunks} passages · updated "
+                           f"{updated(w, live)} · index {STATE_ICON.get(w.status.state, w.status.state)} · "
+                           f"dense {w.status.dense or '–'}{tags}")
+                if live is not None and live.error:
+                    st.error(live.error)
+                elif w.status.state != "fresh" and not (live is not None and live.building):
+                    st.warning(f"index {w.status.state} — {w.status.detail or 'rebuild it'}")
+                if live is not None and (live.warning or live.unwatched):
+                    st.warning(live.warning or live.unwatched)
+                if w.status.level_changed:
+                    st.warning(f"level changed since the build ({w.status.level_changed}) — rebuild it")
         return wikis
 
     return table()
@@ -164,13 +168,10 @@ def show_overview() -> None:
     st.title("Knowledge base")
     st.subheader("Wikis")
     wikis = show_wikis()
-    for w in wikis:  # the one way to open a wiki
-        st.page_link(ui.PORTAL, label=f"{w.wiki.manifest.title} ({w.name})",
-                     icon=":material/folder_open:", query_params={"wiki": w.name})
     st.subheader("Compositions")
-    st.dataframe([{"composition": c.name, "description": c.spec.description, "sensitivity": str(c.level),
-                   "wikis": ", ".join(w.name for w in c.wikis)}
-                  for c in catalog.visible_compositions(ws, user.clearance)], hide_index=True, width="stretch")
+    for c in catalog.visible_compositions(ws, user.clearance):
+        st.markdown(f"**{c.name}** · {c.level}{' · default' if c.spec.default else ''} — {c.spec.description}  \n"
+                    f"wikis: {', '.join(w.name for w in c.wikis)}")
     if user.can_build:
         st.subheader("Rebuild")
         names = [w.name for w in wikis]
