@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -268,3 +269,37 @@ def test_a_raised_level_applies_at_once_and_a_lowered_one_is_not_served_until_re
     finally:
         manifest.write_text(original)
         os.utime(manifest)
+
+
+@pytest.mark.parametrize("level", [Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL], ids=str)
+def test_suggestions_in_errors_name_only_what_the_caller_may_see(env: Path, level: Level) -> None:
+    """A typo'd composition or wiki: every list of names in the error ("available to you: …", "available:
+    …") names only compositions and wikis at or below the caller's clearance — in the library, the CLI
+    and the app."""
+    ws = Workspace(env, recheck_seconds=0)
+    import yaml
+
+    declared = {f.stem: Level.parse(yaml.safe_load(f.read_text())["sensitivity"]) for f in (env / "rags").glob("*.yaml")}
+    assert declared["top"] is Level.RESTRICTED and declared["secret"] is Level.CONFIDENTIAL
+    allowed = ({n for n, lvl in declared.items() if lvl <= level}
+               | {w for w in ws.wiki_names() if ws.level_of(w) <= level})
+    messages: list[str] = []
+    for typo in ("opne", "secrte", "tpo", "nosuch"):
+        try:
+            search(ws, typo, QUESTIONS[0], clearance=level)
+        except WikiragError as exc:
+            messages.append(str(exc))
+        for command in ("query", "ask"):
+            result = CliRunner().invoke(cli, ["--home", str(env), command, typo, "x", "--clearance", str(level)])
+            assert result.exit_code == 1
+            messages.append(result.stdout + result.stderr)
+    for typo in ("gama", "delt", "alpah"):
+        try:
+            ws.adhoc([typo], level)
+        except WikiragError as exc:
+            messages.append(str(exc))
+    listed = [name.strip(" .\n") for m in messages for part in re.findall(r"available(?: to you)?: ([^()\n]*)", m)
+              for name in part.split(",")]
+    assert listed and set(listed) - {"none", ""} <= allowed, (level, set(listed) - allowed)
+    assert [m for m in messages if "did you mean" in m] == [] or all(
+        n in allowed for m in messages for n in re.findall(r"did you mean '([^']+)'", m))
