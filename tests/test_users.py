@@ -265,3 +265,16 @@ def test_sessions_are_held_server_side_and_end_everywhere(tmp_path: Path, monkey
     later = time_mod.time() + 8 * 3600 + 1
     monkeypatch.setattr(time_mod, "time", lambda: later)
     assert store.user(bo, users) is None
+
+
+def test_a_read_only_workspace_still_signs_in(tmp_path: Path) -> None:
+    from wikirag.sessions import SessionStore
+    from wikirag.users import User
+
+    store = SessionStore(tmp_path / "ro")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / ".sessions").write_text("a file where the folder would be")  # cannot be written
+    token, _ = store.start(User("ana", Level.INTERNAL))
+    assert token  # signed in for this browser session; a reload will ask again
+    store.remember("ana", "chat", "team")  # not kept, and no error
+    assert store.recall("ana", "chat") is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -32,6 +33,7 @@ from .users import User, UserStore
 SESSION_HOURS = 8
 COOKIE = "wikirag_session"
 _lock = threading.Lock()
+log = logging.getLogger("wikirag.webapp")
 
 
 def _digest(token: str) -> str:
@@ -69,9 +71,13 @@ class SessionStore:
         """A new session for ``user``: (the token for the browser, the time it started)."""
         token, now = secrets.token_urlsafe(32), time.time()
         with _lock:
-            data = {k: v for k, v in self._read().items() if v.get("ends", 0) > now}  # the expired go
+            data = {k: v for k, v in self._read().items() if isinstance(v, dict) and v.get("ends", 0) > now}
             data[_digest(token)] = {"user": user.name, "started": now, "ends": now + self.seconds}
-            self._write(data)
+            try:
+                self._write(data)
+            except OSError as exc:  # a read-only workspace: signed in for this browser session only
+                log.warning("sign-in sessions cannot be kept in %s (%s): a reload signs %s out",
+                            self.path.parent, exc.strerror or exc, user.name)
         return token, now
 
     def user(self, token: str | None, users: UserStore) -> tuple[User, float] | None:
@@ -94,7 +100,8 @@ class SessionStore:
         """End every session of user ``name`` (sign-out ends it in every browser); how many there were."""
         with _lock:
             data = self._read()
-            kept = {k: v for k, v in data.items() if v.get("user") != name and v.get("ends", 0) > time.time()}
+            kept = {k: v for k, v in data.items()
+                    if isinstance(v, dict) and v.get("user") != name and v.get("ends", 0) > time.time()}
             if len(kept) != len(data):
                 self._write(kept)
             return len(data) - len(kept)
@@ -122,7 +129,12 @@ class SessionStore:
                 data = {}
             if not isinstance(data, dict):
                 data = {}
-            if data.get(name, {}).get(what) == value:
+            if not isinstance(data.get(name), dict):
+                data[name] = {}
+            if data[name].get(what) == value:
                 return
-            data.setdefault(name, {})[what] = value
-            self._write(data, path)
+            data[name][what] = value
+            try:
+                self._write(data, path)
+            except OSError as exc:  # a read-only workspace: the choice is not kept, nothing else fails
+                log.warning("choices cannot be kept in %s (%s)", path.parent, exc.strerror or exc)
