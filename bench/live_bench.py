@@ -45,7 +45,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -56,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_bench import COMP, DEFAULT_EVAL, EDIT_PAGES, REPO, build_workspace, convert, log, pct
+from scale_bench import COMP, DEFAULT_EVAL, REPO, build_workspace, convert, edit_pages, log, pct
 
 WIKI = "edit10k"
 EDITS, DEBOUNCE_MS = 20, 400
@@ -148,19 +147,7 @@ def prepare(cache: Path, digest: str, logical: list[str], where: dict[str, str]
     pages folder, the pages sorted, page → original text)."""
     from wikirag import Workspace, build
 
-    home = cache / "live"
-    pages = home / "pages"
-    chosen = sorted(logical)[:EDIT_PAGES]
-    originals = {rel: (cache / "pages" / where[rel]).read_text(encoding="utf-8") for rel in chosen}
-    stamp = home / "pages.sha256"
-    if not (stamp.is_file() and stamp.read_text() == digest):
-        log(f"live: copying {len(chosen):,} pages into {pages}")
-        shutil.rmtree(pages, ignore_errors=True)
-        for rel, text in originals.items():
-            (pages / rel).parent.mkdir(parents=True, exist_ok=True)
-            (pages / rel).write_text(text, encoding="utf-8")
-        home.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(digest)
+    home, pages, chosen, originals = edit_pages(cache, digest, logical, where, "live")
     restored = restore(pages, originals)  # every page compared: whatever --edits a previous run used
     log(f"live: {restored} page(s) of a previous run restored")
     build_workspace(home, {WIKI: pages}, digest)

@@ -431,21 +431,30 @@ def _raw_scores(retriever: Any, top: Any, q: str) -> list[float]:
 
 # --- row 5 ---------------------------------------------------------------------------------------------
 
-def measure_edit(cache: Path, digest: str, logical: list[str], where: dict[str, str]) -> dict[str, Any]:
-    from wikirag import Workspace, build, search
-
-    home = cache / "edit"
+def edit_pages(cache: Path, digest: str, logical: list[str], where: dict[str, str], name: str
+               ) -> tuple[Path, Path, list[str], dict[str, str]]:
+    """The first ``EDIT_PAGES`` converted pages (sorted logical paths), copied into ``<cache>/<name>/pages``
+    (again when the conversion's digest changed): (home, pages folder, the pages, page → original text).
+    Used by row 5 and by live_bench.py (its own ``live/`` copy)."""
+    home = cache / name
     pages = home / "pages"
     chosen = sorted(logical)[:EDIT_PAGES]
     originals = {rel: (cache / "pages" / where[rel]).read_text(encoding="utf-8") for rel in chosen}
     stamp = home / "pages.sha256"
     if not (stamp.is_file() and stamp.read_text() == digest):
-        log(f"edit: copying {len(chosen):,} pages into {pages}")
+        log(f"{name}: copying {len(chosen):,} pages into {pages}")
         shutil.rmtree(pages, ignore_errors=True)
         for rel, text in originals.items():
             (pages / rel).parent.mkdir(parents=True, exist_ok=True)
             (pages / rel).write_text(text, encoding="utf-8")
         stamp.write_text(digest)
+    return home, pages, chosen, originals
+
+
+def measure_edit(cache: Path, digest: str, logical: list[str], where: dict[str, str]) -> dict[str, Any]:
+    from wikirag import Workspace, build, search
+
+    home, pages, chosen, originals = edit_pages(cache, digest, logical, where, "edit")
     targets = [chosen[(n * 1009 + 17) % len(chosen)] for n in range(EDITS)]
     restored = 0
     for rel in targets:  # undo the previous run's edits

@@ -122,6 +122,15 @@ def test_before_sign_in_every_url_shows_only_the_sign_in_page(app_home: Path, ho
         browser.close()
 
 
+def _sign_in(page, name: str) -> None:
+    from playwright.sync_api import expect
+
+    page.get_by_role("textbox", name="User name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(f"{name}-pw")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
+
+
 def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -132,10 +141,7 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
         page.goto(app_url)
         page.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
         first_render = time.monotonic() - started
-        page.get_by_role("textbox", name="User name").fill("demo-internal")
-        page.get_by_role("textbox", name="Password").fill("demo-internal-pw")
-        page.get_by_role("button", name="Sign in").click()
-        expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
+        _sign_in(page, "demo-internal")
 
         page.get_by_placeholder("Ask a question").fill("When are SEV1 action items due?")
         page.keyboard.press("Enter")
@@ -159,15 +165,6 @@ def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
         browser.close()
     assert (tmp_path / "answer.png").stat().st_size > 10_000
     assert first_render < 10, f"first page took {first_render:.1f} s"
-
-
-def _sign_in(page, name: str) -> None:
-    from playwright.sync_api import expect
-
-    page.get_by_role("textbox", name="User name").fill(name)
-    page.get_by_role("textbox", name="Password").fill(f"{name}-pw")
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
 
 
 def test_a_sign_in_survives_reloads_and_tabs_and_a_shared_link_lands_on_its_characters(app_home: Path,
@@ -276,9 +273,7 @@ def test_a_rebuild_runs_in_the_background_with_progress(app_home: Path, app_url:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(app_url)
-            page.get_by_role("textbox", name="User name").fill("demo-confidential")
-            page.get_by_role("textbox", name="Password").fill("demo-confidential-pw")
-            page.get_by_role("button", name="Sign in").click()
+            _sign_in(page, "demo-confidential")
             page.get_by_role("link", name="Knowledge base").click()
             # the page has run to its end (a dropdown opened while it still runs closes when it ends)
             expect(page.get_by_text(re.compile(r"public · 0 files"))).to_be_visible(timeout=30_000)

@@ -52,13 +52,13 @@ def visible_compositions(ws: Workspace, clearance: Level | str) -> list[Composit
     return listing(ws, clearance, wikis=False).compositions
 
 
-def preferred(compositions: list[Composition], last: str | None = None) -> list[Composition]:
-    """``compositions`` in the order the app offers them: the user's last choice (``last``, when it is one
-    of them), then those marked ``default: true`` from the highest level down (the most specific to the
-    user's clearance: a public user gets the public help, an engineer the engineering one), then the rest by
-    name. Adding a composition never changes the default unless it is marked so."""
+def preferred(compositions: list[Composition]) -> list[Composition]:
+    """``compositions`` in the order the app offers them: those marked ``default: true`` from the highest
+    level down (the most specific to the user's clearance: a public user gets the public help, an engineer
+    the engineering one), then the rest by name. Adding a composition never changes the default unless it
+    is marked so. (The app preselects a user's last choice over this order.)"""
     def rank(c: Composition) -> tuple:
-        return (c.name != last, not c.spec.default, -int(c.level) if c.spec.default else 0, c.name)
+        return (not c.spec.default, -int(c.level) if c.spec.default else 0, c.name)
 
     return sorted(compositions, key=rank)
 

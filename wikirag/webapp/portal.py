@@ -1,8 +1,9 @@
 """The knowledge base: the wikis and compositions you may see, their pages, index status, rebuilds.
 
 ``?wiki=NAME&path=PAGE[&start=N&end=M]`` shows one page, with characters N to M (a citation)
-highlighted in the page's flow and scrolled into view (a fixed script, :data:`CITED`). A wiki above your clearance, or a path that is not one of its pages, is refused (and
-logged by the library) with the same message as a page that does not exist.
+highlighted in the page's flow and scrolled into view (a fixed script, :data:`CITED`). A wiki above
+your clearance, or a path that is not one of its pages, is refused (and logged by the library) with the
+same message as a page that does not exist.
 
 With the app watching its sources (``wikirag app --watch``), the wikis table refreshes itself every
 LIVE_SECONDS: each wiki's "updated N s ago" (its index's build time) and the watcher's build errors.
@@ -39,7 +40,7 @@ STATE_ICON = {"fresh": "fresh", "stale": "stale: rebuild", "missing": "missing: 
 # the cited characters: highlighted where they are in the page, and the page scrolled to them once they render
 CITED = """<style>.st-key-cited {background: rgba(255, 164, 33, 0.16); border-left: 0.3rem solid rgb(255, 164, 33);
 padding: 0.4rem 0.8rem; border-radius: 0.3rem;}</style>
-<script>(function go(n) { const el = window.parent.document.querySelector(".st-key-cited") || document.querySelector(".st-key-cited");
+<script>(function go(n) { const el = document.querySelector(".st-key-cited");
 if (el) { el.scrollIntoView({block: "center"}); } else if (n < 100) { setTimeout(() => go(n + 1), 100); } })(0);</script>"""
 
 
@@ -127,9 +128,9 @@ def updated(w: catalog.WikiInfo, live) -> str:
 
 
 def show_wikis() -> list[catalog.WikiInfo]:
-    """The wikis (a card each: title link, description, status) and their problems; with the app watching (``wikirag app --watch``), refreshed every
-    LIVE_SECONDS with each wiki's "updated N s ago" and the watcher's build errors (of the wikis this user
-    may see only)."""
+    """The wikis (a card each: title link, description, status) and their problems; with the app watching
+    (``wikirag app --watch``), refreshed every LIVE_SECONDS with each wiki's "updated N s ago" and the
+    watcher's build errors (of the wikis this user may see only)."""
     watcher = ui.live_watcher()
 
     @st.fragment(run_every=LIVE_SECONDS if watcher is not None else None)
