@@ -50,9 +50,50 @@ def test_a_paraphrase_that_bm25_misses_is_found_by_the_dense_layer(dense_ws: Wor
     assert lexical.passages == []  # no word of the question is in the page
     hybrid = search(dense_ws, "motoring", PARAPHRASE, clearance="public")
     assert hybrid.passages[0].path == "car.md"
-    assert [c.layer for c in hybrid.passages[0].contributions] == ["dense"]
+    assert [c.layer for c in hybrid.passages[0].contributions] == ["dense", "rerank"]
     dense_only = search(dense_ws, "motoring", PARAPHRASE, clearance="public", layers=("dense",))
     assert dense_only.passages[0].path == "car.md" and 0 < dense_only.passages[0].score <= 1
+
+
+@pytest.mark.parametrize("question", ["", "   ", "zzqx", "the of and is it", "qwertyuiop asdf"])
+def test_a_question_that_matches_nothing_gets_no_passage_and_a_hint(dense_ws: Workspace, home: Path,
+                                                                   question: str) -> None:
+    # the dense layer always has nearest neighbours: only those above the model's floor count
+    for layers in (("bm25", "dense"), ("dense",)):
+        result = search(dense_ws, "motoring", question, clearance="public", layers=layers)
+        assert result.passages == [] and result.hint, (question, layers, result.passages)
+    out = CliRunner().invoke(cli, ["--home", str(home), "query", "motoring", question])
+    assert out.exit_code == 0 and "no results:" in out.output and "[1]" not in out.output
+
+
+def test_the_similarity_floor_is_a_query_setting(dense_ws: Workspace, home: Path) -> None:
+    manifest = home / "wikis" / "motoring" / ".wiki.yaml"
+    manifest.write_text(manifest.read_text().replace("dense: {}", "dense: {min_similarity: -1}"))
+    ws = Workspace(home, recheck_seconds=0)
+    assert status(ws.wiki("motoring")).state == "fresh"  # nothing to re-embed for a query-time setting
+    assert len(search(ws, "motoring", "zzqx", clearance="public", layers=("dense",)).passages) == 2
+
+
+def test_the_second_stage_puts_the_passage_nearest_in_meaning_first(home: Path) -> None:
+    # BM25 prefers the page that repeats "water"; the one that answers says it in other words
+    pages = {"kettle.md": "# Kettles\n\nWater, water, water: fill the kettle with water, water the plants with the "
+                          "rest of the water.\n",
+             "temperature.md": "# Brewing temperature\n\nFor filter coffee, aim for 90 to 96 degrees Celsius at "
+                               "the kettle; the water should be just off the boil.\n"}
+    make_wiki(home, "brew", pages, extra="layers:\n  dense: {}\n")
+    for name, rerank in (("on", "true"), ("off", "false")):
+        (home / "rags" / f"{name}.yaml").write_text(f"sensitivity: public\nwikis: [brew]\nrerank: {rerank}\n")
+    ws = Workspace(home, recheck_seconds=0)
+    build(ws.wiki("brew"))
+    question = "how hot should the water be for coffee"
+    off = search(ws, "off", question, clearance="public")
+    on = search(ws, "on", question, clearance="public")
+    assert {p.path for p in on.passages} == {p.path for p in off.passages}
+    assert on.passages[0].path == "temperature.md"
+    layers = [c.layer for c in on.passages[0].contributions]
+    assert layers[-1] == "rerank" and "rerank" not in [c.layer for p in off.passages for c in p.contributions]
+    cosine = on.passages[0].contributions[-1].score
+    assert cosine > max(c.score for c in on.passages[1].contributions if c.layer == "rerank")
 
 
 def test_only_new_or_changed_passages_are_embedded(dense_ws: Workspace, home: Path) -> None:
@@ -62,7 +103,7 @@ def test_only_new_or_changed_passages_are_embedded(dense_ws: Workspace, home: Pa
     build(dense_ws.wiki("motoring"))
     second = load_index(dense_ws.wiki("motoring")).dense
     assert (second.embedded, second.reused) == (1, 2)
-    hits = search(dense_ws, "motoring", "inflating wheels", clearance="public", layers=("dense",))
+    hits = search(dense_ws, "motoring", "when to check tire pressure", clearance="public", layers=("dense",))
     assert hits.passages[0].path == "tyres.md"
 
 
@@ -423,4 +464,6 @@ def test_with_a_server_url_queries_go_through_qdrant_client(tmp_path: Path, monk
     np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
     with pytest.raises(DenseMismatch):
         served.search("w", np.ones(8, dtype=np.float32), MODEL_ID, 10)
+    # the second stage's cosines of given passages come from the server's points, as the search's do
+    np.testing.assert_allclose(served.similarity("w", query, ref_ids[::-1]), ref_scores[::-1], rtol=0, atol=1e-6)
     monkeypatch.setattr(dense_mod, "_STORE", None)  # the next test gets an embedded store again

@@ -52,6 +52,8 @@ class CompositionSpec(StrictModel):
     model: str | None = Field(None, description="the model that answers: 'extractive', 'local' or a LiteLLM "
                               "model string such as 'openai/gpt-4o-mini'")
     api_base: str | None = Field(None, description="the URL of a self-hosted OpenAI-compatible server")
+    rerank: bool = Field(True, description="re-order the top hits by their cosine with the question where "
+                         "wikis have a dense layer (true/false)")
     default: bool = Field(False, description="offered first in the app: of the compositions marked so that a "
                           "user may use, the one at the highest level (until the user picks another)")
 

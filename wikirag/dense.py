@@ -241,17 +241,32 @@ class DenseStore:
             if name not in keep:
                 self.client.delete_collection(name)
 
+    def _served(self, wiki: str, build_id: str | None) -> _Loaded:
+        loaded = self._ready[wiki]
+        if build_id is not None and loaded.build_id != build_id:
+            loaded = self._previous.get(wiki)
+            if loaded is None or loaded.build_id != build_id:
+                raise KeyError(f"build {build_id} of wiki '{wiki}' is no longer served: search again")
+        return loaded
+
+    def similarity(self, wiki: str, vector: np.ndarray, ids: np.ndarray, build_id: str | None = None) -> np.ndarray:
+        """The cosine of ``vector`` with passages ``ids`` of ``wiki``'s build (see :meth:`search`): rows of
+        the memory-mapped vectors, or the points' vectors from the server."""
+        loaded = self._served(wiki, build_id)
+        ids = np.asarray(ids, dtype=np.int64)
+        if loaded.vectors is not None:
+            return (loaded.vectors[ids] @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
+        points = {p.id: p.vector for p in self.client.retrieve(loaded.collection, ids=ids.tolist(), with_vectors=True)}
+        rows = np.array([points[int(i)] for i in ids], dtype=np.float32).reshape(len(ids), loaded.dim)
+        return (unit_rows(rows) @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
+
     def search(self, wiki: str, vector: np.ndarray, model_id: str, limit: int,
                build_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Chunk ids and cosine scores of the ``limit`` nearest passages of ``wiki``'s loaded build, best
         first (equal scores: lower chunk id first, embedded). With ``build_id``, of exactly that build — the
         one whose passages the caller holds — even if another thread has since ensured a newer one (the
         store keeps one previous build per wiki); :class:`KeyError` if it is neither."""
-        loaded = self._ready[wiki]
-        if build_id is not None and loaded.build_id != build_id:
-            loaded = self._previous.get(wiki)
-            if loaded is None or loaded.build_id != build_id:
-                raise KeyError(f"build {build_id} of wiki '{wiki}' is no longer served: search again")
+        loaded = self._served(wiki, build_id)
         if model_id != loaded.model_id or len(vector) != loaded.dim:
             raise DenseMismatch(
                 f"the dense layer of wiki '{wiki}' was built with {loaded.model_id} ({loaded.dim} dimensions); "

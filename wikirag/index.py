@@ -88,7 +88,8 @@ def _settings(wiki: Wiki) -> dict:
         "include_tags": m.include_tags,
         "exclude": m.exclude,
         "meta_files": m.meta_files,
-        "dense": m.layers.dense.model_dump() if m.layers.dense else None,
+        # the similarity floor is a query-time setting: changing it re-embeds nothing
+        "dense": m.layers.dense.model_dump(exclude={"min_similarity"}) if m.layers.dense else None,
     }
 
 

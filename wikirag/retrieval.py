@@ -27,16 +27,19 @@ from .composition import Composition
 from .errors import AccessDenied, CompositionError, EmbeddingError, IndexMissing, NotFound, QueryError
 from .fusion import Candidates, Fused
 from .graph import ComposedGraph
-from .passage import Passage
+from .passage import Contribution, Passage
 from .store import LoadedIndex
-from .wiki import Wiki
+from .wiki import DENSE_FLOORS, Wiki
 from .workspace import Workspace, audit_reason
 
 MAX_K = 1000
 GRAPH_WINDOW = 100
+RERANK_DEPTH = 20  # the fused hits the second stage re-orders (README, "Retrieval quality")
+RERANK_RANK = 0.1  # the weight of 1 / fused rank beside the cosine there
 LAYERS = ("bm25", "dense", "graph")
 MAX_QUESTION_CHARS = 10_000
 _CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0)]) - {ord("\t"), ord("\n"), ord("\r")}
+_WORD = re.compile(r"\w")
 _CONTROL_CHAR = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(_CONTROL_CHARS)) + "]")
 
 
@@ -73,16 +76,19 @@ def check_question(question: object) -> str:
 
 
 def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings: list[str],
-                bm25_fallback: bool) -> list[tuple]:
-    """Each dense wiki's nearest passages; the question is embedded once per embedding model."""
+                bm25_fallback: bool, comp: Composition) -> list[tuple]:
+    """Each dense wiki's nearest passages, if the nearest is at least as similar as the wiki's floor
+    (:meth:`DenseSpec.floor`; below it the wiki has no dense list: the question is near nothing in it),
+    and the question's vector per wiki; the question is embedded once per embedding model."""
     groups: dict[tuple[str, str | None], list[int]] = {}
     for w, idx in enumerate(indexes):
         if idx.dense is not None:
             groups.setdefault((idx.dense.model, idx.dense.api_base), []).append(w)
     rows: list[tuple] = []
     if not groups:
-        return rows
+        return rows, {}
     fallback = "searched with BM25 only" if bm25_fallback else "left out"
+    vectors: dict[int, np.ndarray] = {}
     for (model, api_base), members in groups.items():
         try:
             vector = embeddings.get(model, api_base).embed([question])[0]
@@ -91,6 +97,7 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
             warnings.append(f"dense layer of {names} unavailable ({exc}): {fallback}")
             continue
         for w in members:
+            vectors[w] = vector
             idx = indexes[w]
             dense_store = dense.store()
             dense_store.ensure(idx.wiki, idx.build_id, idx.folder / "dense", idx.dense)
@@ -99,9 +106,52 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
             except KeyError:  # two newer builds were loaded meanwhile: this query's build is gone
                 warnings.append(f"dense layer of {idx.wiki} skipped: a newer build was loaded meanwhile; ask again")
                 continue
+            floor = _floor(comp, idx)
+            if floor is not None and (not len(scores) or scores[0] < floor):
+                continue  # nearest neighbours always exist: a wiki's list counts only if its best is near enough
             rows.append((np.full(len(ids), w), np.ones(len(ids), dtype=np.int64), ids,
                          np.arange(1, len(ids) + 1), scores))
-    return rows
+    return rows, vectors
+
+
+def _rerank(fused: list[Fused], view: Composed, vectors: dict[int, np.ndarray]) -> list[Fused]:
+    """The fused top hits re-ordered by the question's cosine with each passage (the wiki's own dense
+    vectors: nothing is embedded here) combined with the fused rank: ``cosine + RERANK_RANK / rank``.
+
+    Only hits of wikis whose question vector is known (a dense layer, searched now) move, among the
+    places such hits hold; any other hit keeps its place. The cosine is on one scale for every wiki of a
+    model, which raw BM25 scores are not: it is what can tell the answering passage of one wiki from a
+    near miss of another. Each moved hit gets a ``rerank`` contribution (its cosine, its new rank)."""
+    movable = [i for i, hit in enumerate(fused) if view.names.index(hit.wiki) in vectors]
+    if len(movable) < 2:
+        return fused
+    store = dense.store()
+    cosine: dict[int, float] = {}
+    by_wiki: dict[int, list[int]] = {}
+    for i in movable:
+        by_wiki.setdefault(view.names.index(fused[i].wiki), []).append(i)
+    for w, members in by_wiki.items():
+        idx = view.indexes[w]
+        try:
+            sims = store.similarity(idx.wiki, vectors[w], np.array([fused[i].id for i in members]),
+                                    build_id=idx.build_id)
+        except KeyError:  # a newer build was loaded meanwhile: keep the fused order
+            return fused
+        cosine.update(zip(members, sims.tolist()))
+    score = {i: cosine[i] + RERANK_RANK / (i + 1) for i in movable}
+    order = sorted(movable, key=lambda i: (-score[i], i))
+    out = list(fused)
+    for rank, (slot, i) in enumerate(zip(movable, order), start=1):
+        hit = fused[i]
+        extra = Contribution(hit.wiki, "rerank", rank, round(cosine[i], 6))
+        out[slot] = dataclasses.replace(hit, score=score[i], contributions=(*hit.contributions, extra))
+    return out
+
+
+def _floor(comp: Composition, idx: LoadedIndex) -> float | None:
+    """The cosine a dense hit of ``idx``'s wiki needs: its manifest's setting, else its model's default."""
+    spec = comp.by_name[idx.wiki].manifest.layers.dense
+    return spec.floor() if spec is not None else DENSE_FLOORS.get(idx.dense.model)
 
 
 @dataclass(frozen=True)
@@ -216,7 +266,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     # the wiki prior of one wiki is 0 whatever the counts: they are not gathered then
     term_counts = view.bm25.term_counts(cols) if method.term_stats and len(view.names) > 1 else None
     prior = fusion_mod.log_prior(term_counts, view.bm25.wiki_tokens, len(view.names)) if method.term_stats else None
-    dense = "dense" in layers and dense_builds
+    dense = "dense" in layers and dense_builds and _WORD.search(question) is not None  # blank: nothing to embed
     if "bm25" in layers and cols:
         scores = view.bm25.scores(cols, method.scoring)
         if method.linear is not None and not dense and not use_graph:  # one list per wiki, fused linearly
@@ -226,7 +276,11 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hits = view.bm25.top_per_wiki(scores, depth)
         rows.append((hits.wiki, np.zeros(len(hits.wiki), dtype=np.int64), hits.chunk, hits.rank, hits.score))
     if dense:
-        rows += _dense_rows(question, view.indexes, depth, warnings, bm25_fallback="bm25" in layers)
+        dense_rows, vectors = _dense_rows(question, view.indexes, depth, warnings, bm25_fallback="bm25" in layers,
+                                          comp=comp)
+        rows += dense_rows
+    else:
+        vectors = {}
     candidates = _candidates(view, rows, weights, term_counts, prior)
     graph = None
     if use_graph:
@@ -240,7 +294,10 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     else:
         seeds = []
     passages = []
-    fused = method.fuse(candidates, k)
+    if vectors and comp.spec.rerank:
+        fused = _rerank(method.fuse(candidates, max(k, RERANK_DEPTH)), view, vectors)[:k]
+    else:
+        fused = method.fuse(candidates, k)
     for rank, hit in enumerate(fused, start=1):
         c = view.chunks[hit.wiki][hit.id]
         via = ()
@@ -252,9 +309,13 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     passages, edited = _as_they_are_now(comp, view, fused, passages)
     warnings += edited
     hint = None
-    if not passages and "bm25" in layers:
-        hint = ("the question has only very common words (stopwords): add a specific term"
-                if not tokens else "no passage contains any of the question's terms: try other words")
+    if not passages:
+        if not question.strip():
+            hint = "the question is empty: type what you are looking for"
+        elif not tokens:
+            hint = "the question has only very common words (stopwords): add a specific term"
+        else:
+            hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
                         list(comp.names))
 

@@ -58,12 +58,27 @@ class Chunking(StrictModel):
     max_file_mb: float = Field(10, gt=0, le=1000, description="skip (and report) markdown files larger than this")
 
 
+# The cosine a wiki's best dense hit needs by default, per embedding model, chosen by measurement
+# (README, "Dense layer"): with minilm over the example wikis, 33 strings that ask nothing (empty,
+# stopwords, keyboard mash, greetings, "test") had a best passage at up to 0.31, and 44 questions
+# the wikis answer had their answering page at 0.42 or more. Other models' cosines have other
+# scales: no floor unless the manifest sets one.
+DENSE_FLOORS = {"minilm": 0.35}
+
+
 class DenseSpec(StrictModel):
     """Opt-in dense layer: ``layers: {dense: {}}`` (the offline default model) or with a model."""
 
     model: str = Field("minilm", description="'minilm' (offline, bundled) or a LiteLLM embedding model such as "
                        "'openai/text-embedding-3-small'")
     api_base: str | None = Field(None, description="URL of a self-hosted embedding server")
+    min_similarity: float | None = Field(
+        None, ge=-1, le=1, description="cosine the best dense hit needs, else the wiki gives no dense hits (default: "
+        "0.35 for minilm, else none): a question near nothing gets no passage, not the nearest neighbours")
+
+    def floor(self) -> float | None:
+        """The cosine the best dense hit needs (:attr:`min_similarity`, else the model's default; ``None``: none)."""
+        return self.min_similarity if self.min_similarity is not None else DENSE_FLOORS.get(self.model)
 
 
 class GraphSpec(StrictModel):
