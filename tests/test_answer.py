@@ -47,6 +47,27 @@ def test_citation_parsing(text: str, cited: list[int], invalid: list[int], uncit
                                                                           p.heading)
 
 
+V60 = [Passage(1, "b", "v60.md", 0, 60, 1, "V60", 1.0, "Rinse the paper filter with hot water before brewing."),
+       Passage(2, "b", "cold.md", 0, 60, 1, "Iced", 1.0, "Brew onto 120 g of ice with 180 g of water."),
+       Passage(3, "b", "fund.md", 0, 70, 1, "Fundamentals > Water temperature", 1.0,
+               "For filter coffee, aim for 90–96 °C at the kettle. Light roasts want 94–96 °C.")]
+
+
+def test_a_citation_whose_passage_does_not_hold_the_statement_is_reported() -> None:
+    # the local model's answer that issue 19 measured: one sentence cited four ways, one passage holds it
+    text = "The ideal temperature for a V60 is 94–96 °C. [1] [2] [3] [4]"
+    check = check_citations(text, V60)
+    assert [c.n for c in check.citations] == [1, 2, 3] and check.invalid == [4]
+    assert check.unsupported == [1, 2]  # no 94–96 in them; passage 3 holds the figure
+    # each statement is checked against the passages cited for it; a number must be in the passage
+    check = check_citations("Rinse the filter with hot water first [1]. Aim for 90–96 °C [3]. Use 45 g of ice [2].", V60)
+    assert check.unsupported == [2]
+    # terms count too: a statement without numbers that shares too few terms with its passage
+    assert check_citations("Espresso needs a fine grind and nine bars of pressure [1].", V60).unsupported == [1]
+    # a passage cited for two statements is supported if it holds either
+    assert check_citations("Aim for 90–96 °C [3]. Espresso pressure is nine bars [3].", V60).unsupported == []
+
+
 def test_prompt_numbers_and_labels_passages() -> None:
     system, user = build_messages("How hot?", PASSAGES)
     assert system == {"role": "system", "content": SYSTEM_PROMPT}
@@ -78,12 +99,13 @@ def test_an_injection_page_cannot_change_the_instructions() -> None:
 def test_extractive_answers_quote_the_sources_exactly(built: Workspace, home: Path) -> None:
     result = search(built, "team", "how often should tomatoes be watered", clearance="internal", k=5)
     text, quoted = extract("how often should tomatoes be watered", result.passages)
-    assert quoted and text.count("\n") == len(quoted) - 1
+    assert quoted and text.startswith(f"{quoted[0].text} [{quoted[0].n}]")  # the answer first
     for s in quoted:
         p = result.passages[s.n - 1]
         source = (home / "wikis" / p.wiki / p.path).read_bytes().decode("utf-8")
         assert " ".join(source[s.start:s.end].split()) == s.text
-        assert f"- {s.text} [{s.n}]" in text
+        assert f"{s.text} [{s.n}]" in text
+    assert all(f"- {s.text} [{s.n}]" in text for s in quoted[1:])  # then the support, as a list
     assert "Water deeply twice a week" in quoted[0].text
 
 

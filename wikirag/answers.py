@@ -51,6 +51,7 @@ class AnswerResult:
     text: str = ""
     citations: list[Citation] = field(default_factory=list)
     invalid_citations: list[int] = field(default_factory=list)
+    unsupported_citations: list[int] = field(default_factory=list)  # valid [n] whose passage lacks the statement
     uncited: list[int] = field(default_factory=list)
     passages: list[Passage] = field(default_factory=list)
     prompt_tokens: int | None = None
@@ -121,6 +122,7 @@ class Answer:
             r.generation_seconds = time.perf_counter() - started
             check = check_citations(r.text, r.passages)
             r.citations, r.invalid_citations, r.uncited = check.citations, check.invalid, check.uncited
+            r.unsupported_citations = check.unsupported
             self._done = True
             if self._on_done is not None:
                 self._on_done(r)

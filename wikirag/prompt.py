@@ -9,8 +9,9 @@ passage text never reaches, and the rules say that instructions inside passages 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .bm25 import tokenize
 from .passage import Passage
 
 NO_ANSWER = "The passages do not contain the answer."
@@ -93,11 +94,49 @@ class Citation:
 
 @dataclass(frozen=True)
 class CitationCheck:
-    """The citations an answer makes: valid ones (first use first), unknown numbers, passages not cited."""
+    """The citations an answer makes: valid ones (first use first), unknown numbers, passages not cited,
+    and valid numbers whose passage holds none of the statements citing it (:func:`supports`)."""
 
     citations: list[Citation]
     invalid: list[int]
     uncited: list[int]
+    unsupported: list[int] = field(default_factory=list)
+
+
+_CLAIM_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?!\w)")  # not the 60 of "V60"
+SUPPORT_SHARE = 0.5  # of a statement's terms its cited passage must hold
+
+
+def supports(passage: Passage, claim: str) -> bool:
+    """Whether ``passage`` holds ``claim`` (the statement an answer cites it for). A claim with numbers:
+    every number is in the passage's text and one of its other terms (stemmed, stopwords left out) is in
+    the passage or its heading path — the numbers are the facts, the words may be paraphrased. A claim
+    without: at least :data:`SUPPORT_SHARE` of its terms are. A claim with neither is not checked."""
+    numbers = set(_CLAIM_NUMBER.findall(claim))
+    text = passage.text
+    if any(n not in text for n in numbers):
+        return False
+    terms = {t for t in tokenize([claim])[0] if not t.isdigit()}
+    if not terms:
+        return True
+    have = set(tokenize([passage.heading + "\n" + text])[0])
+    return len(terms & have) >= (1 if numbers else SUPPORT_SHARE * len(terms))
+
+
+def _claims(text: str) -> list[tuple[int, str]]:
+    """Each cited number with the statement it is cited for: the text since the previous citation (or
+    the start of its line), or — for citations in a row, ``[1][2]`` — the statement the first one has."""
+    out: list[tuple[int, str]] = []
+    last, claim = 0, ""
+    for m in _MARKER.finditer(text):
+        before = text[last:m.start()]
+        before = before[before.rfind("\n") + 1:]
+        if re.search(r"\w", before):
+            claim = before
+        for n in re.split(r"\s*[,;]\s*", m.group(1)):
+            out.append((int(n), claim))
+        last = m.end()
+    return out
 
 
 def citation_numbers(text: str) -> list[int]:
@@ -112,4 +151,9 @@ def check_citations(text: str, passages: list[Passage]) -> CitationCheck:
     citations = [Citation(n, passages[n - 1]) for n in valid]
     invalid = sorted(n for n in numbers if not 1 <= n <= len(passages))
     uncited = [n for n in range(1, len(passages) + 1) if n not in valid]
-    return CitationCheck(citations, invalid, uncited)
+    held: dict[int, bool] = {}
+    for n, claim in _claims(text):
+        if 1 <= n <= len(passages):
+            held[n] = held.get(n, False) or supports(passages[n - 1], claim)
+    unsupported = sorted(n for n, ok in held.items() if not ok)
+    return CitationCheck(citations, invalid, uncited, unsupported)

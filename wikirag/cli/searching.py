@@ -93,6 +93,9 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
         click.echo(f"warning: {warning}", err=True)
     if result.invalid_citations:
         click.echo(f"warning: the answer cites {result.invalid_citations}, which name no passage", err=True)
+    if result.unsupported_citations:
+        click.echo(f"warning: the answer cites {result.unsupported_citations} for statements those passages do "
+                   "not hold (their numbers or most of their terms are not in them)", err=True)
     click.echo(f"retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
                f"({result.model})", err=True)
     if result.error:

@@ -252,6 +252,9 @@ def show_result(result, key: str) -> None:
         st.warning(warning)
     if result.invalid_citations:
         st.warning(f"The answer cites {result.invalid_citations}, which name no passage.")
+    if result.unsupported_citations:
+        st.warning(f"The answer cites {result.unsupported_citations} for statements those passages do not hold: "
+                   "check them.")
     cited = {c.n for c in result.citations}
     if result.citations:
         columns = st.columns(min(len(result.citations), 5))
