@@ -260,6 +260,18 @@ def test_compare_two_compositions(app_home: Path) -> None:
     assert [h.value for h in at.subheader] == ["public-help", "engineering"]
     summary = [c.value for c in at.caption if "passages:" in c.value]
     assert len(summary) == 2 and all("shared" in s and "unique" in s for s in summary)
+    # why: each composition's top passage, the wiki it came from and who else lists that wiki
+    why = [m.value for m in at.markdown if m.value.startswith("- **")]
+    assert len(why) == 2, why
+    assert any("top passage from **wikirag-guide** (also in" in w for w in why)  # both list the guide
+    # a question only the brewing wiki answers: public-help is the one to choose
+    at.text_input[1].input("How long should a French press steep?")
+    at.button[0].click().run()
+    assert not at.exception
+    texts = [m.value for m in at.markdown]
+    assert "**Choose public-help** for this question" in " ".join(texts), texts
+    assert any(t.startswith("- **public-help**: top passage from **brewing** (only public-help lists brewing)")
+               for t in texts), texts
 
 
 def test_portal_lists_status_and_rebuilds(app_home: Path) -> None:

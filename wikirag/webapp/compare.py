@@ -60,12 +60,27 @@ if go:
         st.error(str(exc))
         st.stop()
     st.session_state["comparison"] = Comparison(question, results)
+    st.session_state["comparison_wikis"] = {name: tuple(t.names) if not isinstance(t, str) else
+                                            tuple(ws.composition(t, user.clearance).names)
+                                            for name, t in zip(results, targets)}
 
 comparison = st.session_state.get("comparison")
 if comparison is not None:
     shared = comparison.shared()
     st.divider()
     st.caption(f"“{comparison.question}” — {len(shared)} passage(s) found by more than one composition")
+    listed = st.session_state.get("comparison_wikis", {})
+    tops = comparison.tops(listed)
+    with st.container(key="compare-why"):
+        best = comparison.best(listed)
+        if best:
+            st.markdown(f"**Choose {best}** for this question: its answer quotes the passage nearest the question.")
+        elif not any(t.answered for t in tops.values()):
+            st.markdown("**No composition answers this question** from its passages.")
+        for t in tops.values():
+            where = (f"also in {', '.join(t.also_in)}" if t.also_in else f"only {t.composition} lists {t.passage.wiki}")
+            st.markdown(f"- **{t.composition}**: top passage from **{t.passage.wiki}** ({where}) · "
+                        f"{'answers' if t.answered else 'does not answer'} · similarity {t.similarity:.2f}")
     columns = st.columns(len(comparison.results))
     for (name, result), column in zip(comparison.results.items(), columns):
         with column:
