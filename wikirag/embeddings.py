@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -117,3 +118,32 @@ def get(model: str = DEFAULT_EMBEDDING, api_base: str | None = None) -> MiniLM |
     if model == DEFAULT_EMBEDDING:
         return MiniLM()
     return LiteLLMEmbedder(model, api_base)
+
+
+_RECENT: OrderedDict[tuple[str, str | None, str], np.ndarray] = OrderedDict()
+_RECENT_MAX = 20_000  # 384 float32 each: ~30 MB at most
+_RECENT_LOCK = threading.Lock()
+
+
+def recent(texts: Sequence[str], model: str = DEFAULT_EMBEDDING, api_base: str | None = None) -> np.ndarray:
+    """``texts`` embedded by ``model``, keeping the vectors of the last :data:`_RECENT_MAX` texts: the
+    query path embeds a question once for the dense layer and uses it again for the answer's sentences,
+    and the sentences of passages that come up again are not embedded again."""
+    keys = [(model, api_base, t) for t in texts]
+    with _RECENT_LOCK:
+        todo = list(dict.fromkeys(k for k in keys if k not in _RECENT))
+    fresh = get(model, api_base).embed([k[2] for k in todo]) if todo else None
+    with _RECENT_LOCK:
+        for key, vector in zip(todo, fresh if fresh is not None else []):
+            _RECENT[key] = vector
+        out = []
+        for key in keys:
+            vector = _RECENT.get(key)
+            if vector is None:  # evicted meanwhile by another thread's batch
+                vector = fresh[todo.index(key)]
+            else:
+                _RECENT.move_to_end(key)
+            out.append(vector)
+        while len(_RECENT) > _RECENT_MAX:
+            _RECENT.popitem(last=False)
+    return np.array(out, dtype=np.float32).reshape(len(texts), -1)

@@ -91,7 +91,7 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
     vectors: dict[int, np.ndarray] = {}
     for (model, api_base), members in groups.items():
         try:
-            vector = embeddings.get(model, api_base).embed([question])[0]
+            vector = embeddings.recent([question], model, api_base)[0]
         except EmbeddingError as exc:
             names = ", ".join(indexes[w].wiki for w in members)
             warnings.append(f"dense layer of {names} unavailable ({exc}): {fallback}")
@@ -294,8 +294,9 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     else:
         seeds = []
     passages = []
-    if vectors and comp.spec.rerank:
-        fused = _rerank(method.fuse(candidates, max(k, RERANK_DEPTH)), view, vectors)[:k]
+    if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
+        fused = method.fuse(candidates, max(k, RERANK_DEPTH))
+        fused = (_rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:])[:k]
     else:
         fused = method.fuse(candidates, k)
     for rank, hit in enumerate(fused, start=1):
