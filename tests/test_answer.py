@@ -109,10 +109,12 @@ def test_extractive_answers_quote_the_sources_exactly(built: Workspace, home: Pa
     assert "Water deeply twice a week" in quoted[0].text
 
 
-def test_sentences_skip_code_and_headings() -> None:
-    text = "# Title\n\nFirst sentence is here. Second one follows here!\n\n```\ncode = 1. Not a sentence.\n```\n- A list item is one too."
+def test_sentences_skip_headings_and_keep_code_lines_whole() -> None:
+    text = ("# Title\n\nFirst sentence is here. Second one follows here!\n\n```\nrun --this. Then That line\n```\n"
+            "- A list item is one too.")
     found = [s.text for s in sentences(1, _passage(1, text))]
-    assert found == ["First sentence is here.", "Second one follows here!", "A list item is one too."]
+    assert found == ["First sentence is here.", "Second one follows here!", "run --this. Then That line",
+                     "A list item is one too."]
 
 
 def test_extractive_when_nothing_matches() -> None:

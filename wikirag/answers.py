@@ -62,6 +62,7 @@ class AnswerResult:
     first_token_seconds: float | None = None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    unknown_terms: list[str] = field(default_factory=list)  # question terms no wiki searched has (retrieval's)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -111,7 +112,7 @@ class Answer:
                 r.text = "No passage matched the question, so there is nothing to answer from."
                 yield r.text
             elif r.model == EXTRACTIVE:
-                r.text = extractive.extract(r.question, r.passages)[0]
+                r.text = extractive.extract(r.question, r.passages, unknown=r.unknown_terms)[0]
                 r.first_token_seconds = time.perf_counter() - started
                 yield r.text
             else:
@@ -193,7 +194,7 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
         warnings.append(f"{len(found.passages) - len(usable)} passage(s) left out: their text is no longer in "
                         f"{', '.join(gone)} (changed since the build)")
     result = AnswerResult(question, comp.name, chosen, passages=usable, warnings=warnings,
-                          retrieval_seconds=found.seconds)
+                          retrieval_seconds=found.seconds, unknown_terms=found.unknown_terms)
 
     def done(r: AnswerResult) -> None:
         audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,

@@ -61,11 +61,13 @@ def _bm25s_stopwords() -> tuple[str, ...]:
     return module.STOPWORDS_EN
 
 
-TOKENIZER = {"lower": True, "token_pattern": r"(?u)\b\w\w+\b", "stopwords": "bm25s-en", "stemmer": "english"}
+TOKENIZER = {"lower": True, "token_pattern": r"(?u)\b\w\w+\b", "stopwords": "bm25s-en", "stemmer": "english",
+             "mnemonics": "unbracketed"}  # tldr-pages' "E[x]tract", "g[z]ipped" read as "Extract", "gzipped"
 BM25_PARAMS = {"method": "lucene", "k1": 1.5, "b": 0.75}
 SCORINGS = ("local", "global")
 
 _split = re.compile(TOKENIZER["token_pattern"]).findall
+_MNEMONIC = re.compile(r"(?<=\w)\[([a-z]{1,2})\]|\[([a-z]{1,2})\](?=\w)")  # a bracketed letter or two in a word (lowercased)
 _STOPWORDS = frozenset(_bm25s_stopwords())
 _local = threading.local()  # PyStemmer objects are not thread-safe: one per thread
 
@@ -79,7 +81,12 @@ def _stem(words: list[str]) -> list[str]:
 
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """One list of stemmed, stopword-free tokens per text."""
-    return [_stem([w for w in _split(text.lower()) if w not in _STOPWORDS]) for text in texts]
+    return [_stem([w for w in _split(_unbracket(text.lower())) if w not in _STOPWORDS]) for text in texts]
+
+
+def _unbracket(text: str) -> str:
+    """``e[x]tract`` → ``extract``: the letters a command's option stands for, as tldr-pages marks them."""
+    return _MNEMONIC.sub(lambda m: m.group(1) or m.group(2), text) if "[" in text else text
 
 
 def idf(df: np.ndarray, n_docs: int) -> np.ndarray:

