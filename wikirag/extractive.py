@@ -2,12 +2,11 @@
 
 Used when no language model is configured (the offline default, see README) or asked for with
 ``--model extractive``. Each passage is cut into blocks by markdown-it (see :func:`_blocks`: paragraphs,
-also inside list items and quotes, one line run at a time; code blocks, headings and HTML left out),
-then into sentences; a sentence scores the sum of the IDF (:func:`wikirag.bm25.idf`, over the candidate
-sentences) of the question's terms it contains, divided by its passage's rank (the retriever's judgement
-of the whole passage counts: this answered 15 of the 24 check questions in bench/answer_eval.py, against
-11 without it); the best few are listed with the number of their passage.
-"""
+also inside list items and quotes, one line run at a time; each code line; headings and HTML left out),
+then into sentences (a code line or a table row stays whole). :func:`rank` scores each by MiniLM cosine,
+question-term coverage, its passage's cosine and rank; :func:`extract` leads with the best, adds at most
+two supporting ones, or refuses (:func:`answers`). Weights and thresholds were chosen by measurement on
+bench/questions.jsonl and a dev set (README "Answers")."""
 
 from __future__ import annotations
 
@@ -191,10 +190,10 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
 
     A sentence's **coverage** is the share of the question's IDF mass (:func:`wikirag.bm25.idf` over the
     candidate sentences; a term no sentence has weighs most) found in the sentence, or at half weight in
-    its passage's heading path. The :data:`CANDIDATES` best by coverage plus the passage's rank prior are
-    compared with the question by ``similarity`` (MiniLM cosine of the sentence under its heading), and
-    scored ``W_COSINE·cosine + W_COVERAGE·coverage + W_RANK/passage rank`` (weights chosen by measurement
-    on bench/questions.jsonl, README "Answers").
+    its passage's heading path or its :attr:`Sentence.lead`. The :data:`CANDIDATES` best by coverage plus
+    the passage's rank prior are compared with the question by ``similarity`` (MiniLM cosine of the
+    sentence under its heading and lead), and scored ``W_COSINE·cosine + W_COVERAGE·coverage +
+    W_PASSAGE·passage cosine + W_RANK/passage rank`` (weights chosen by measurement, README "Answers").
     """
     wanted = set(tokenize([question])[0])
     pool = [(s, p) for i, p in enumerate(passages, start=1) for s in sentences(i, p)]
@@ -241,7 +240,8 @@ def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequen
     unknown = set(unknown)
     if unknown:
         vocabulary = embeddings.vocabulary()
-        words = [w for w in re.findall(r"\w\w+", question.lower()) if set(tokenize([w])[0]) & unknown]
+        spelled = re.findall(r"\w\w+", question.lower())
+        words = [w for w, stems in zip(spelled, tokenize(spelled)) if set(stems) & unknown]
         if vocabulary is not None and any(w not in vocabulary for w in words) and near < RARE_COSINE:
             return False
         if len(unknown) >= UNKNOWN_SHARE * len(set(tokenize([question])[0])) and near < SHARE_COSINE:
