@@ -127,7 +127,7 @@ def test_a_question_the_passages_do_not_answer_is_refused(question: str) -> None
 
 
 def test_without_the_model_the_choice_is_by_terms_alone() -> None:
-    text, chosen = extract("dark roast temperature", [FUNDAMENTALS, ICED], similarity=None)
+    _text, chosen = extract("dark roast temperature", [FUNDAMENTALS, ICED], similarity=None)
     assert chosen and "86–90 °C" in chosen[0].text
     assert extract("What is the capital of France?", [FUNDAMENTALS], similarity=None) == (NO_ANSWER, [])
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from wikirag import Workspace, build, localmodel
 from wikirag.answers import answer
 from wikirag.cli import cli
+from wikirag.errors import LocalModelError
 
 from .conftest import make_wiki
 
@@ -50,3 +52,28 @@ def test_serve_model_status_and_ask_cli(built: Workspace, home: Path, local_mode
     assert asked.exit_code == 0, asked.output
     assert "Sources:" in asked.stdout and "*[1] alpha/tomatoes.md" in asked.stdout
     assert localmodel.running() == local_model
+
+
+def test_a_repeated_sentence_is_left_out_of_the_stream() -> None:
+    # SmolLM2 on the V60 question: "The ideal temperature … is 94–96 °C. [1] … [2] … [3] … [4]"
+    chunks = ["The ideal temperature for a V60 ", "is 94–96 °C. [1] The ideal", " temperature for a v60 is 94–96 °C.",
+              " [2] Use a medium-fine grind. [3] The ideal temperature for a V60 is 94–96 °C. [4]"]
+    out = list(localmodel.drop_repeats(iter(chunks)))
+    assert "".join(out) == "The ideal temperature for a V60 is 94–96 °C. [1] Use a medium-fine grind. [3]"
+    assert out[0] == "The ideal temperature for a V60 "  # a new sentence streams as it comes
+    assert not any("ideal" in part for part in out[2:])  # a repeat is held back, never shown
+    assert "".join(localmodel.drop_repeats(iter(["No citation here."]))) == "No citation here."
+
+
+def test_the_local_model_is_chosen_by_name_or_gguf_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(localmodel.MODEL_ENV, raising=False)
+    assert localmodel.model_name() == "smollm2" and localmodel.gguf_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    monkeypatch.setenv(localmodel.MODEL_ENV, str(localmodel.gguf_path()))
+    assert localmodel.gguf_path().is_file()
+    assert localmodel.alias(localmodel.model_name()) == "SmolLM2-135M-Instruct.Q4_1"
+    monkeypatch.setenv(localmodel.MODEL_ENV, "llama-70b")
+    with pytest.raises(LocalModelError, match=r"unknown local model 'llama-70b': use one of smollm2, gemma3-270m"):
+        localmodel.gguf_path()
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(LocalModelError, match="or the path of a .gguf file"):
+        localmodel.gguf_path(str(tmp_path / "notes.txt"))

@@ -9,7 +9,7 @@
 
 The model is, in order: the ``model`` argument, the composition's ``model:``, ``$WIKIRAG_MODEL``, else
 :data:`DEFAULT_MODEL`. Two names are built in: ``extractive`` (the passages' most relevant sentences,
-verbatim and cited; no model, no key, never invents text) and ``local`` (SmolLM2-135M-Instruct served
+verbatim and cited; no model, no key, never invents text) and ``local`` (SmolLM2-135M-Instruct, or the model ``$WIKIRAG_LOCAL_MODEL`` names, served
 on 127.0.0.1 by wikirag itself, see :mod:`wikirag.localmodel`). Anything else is a LiteLLM model
 string. Retrieval errors (access, unknown composition) raise at once; a model failure does not raise:
 the result keeps the passages and says what went wrong in ``error``.
@@ -142,12 +142,12 @@ class Answer:
             check_keys(model, api_base)
         passages = r.passages
         while True:
-            extra = {"grammar": localmodel.citation_grammar(len(passages))} if local else None
+            extra = localmodel.request_options(len(passages)) if local else None
             stream = ChatStream(model, build_messages(r.question, passages), api_base=api_base,
                                 api_key=api_key, timeout=self._timeout, max_tokens=max_tokens, extra_body=extra)
             parts: list[str] = []
             try:
-                for text in stream:
+                for text in (localmodel.drop_repeats(stream) if local else stream):
                     if r.first_token_seconds is None:
                         r.first_token_seconds = time.perf_counter() - started
                     parts.append(text)

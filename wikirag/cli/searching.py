@@ -79,7 +79,9 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
         if stream.partial.model == "local":
-            click.echo("using the local model (SmolLM2-135M); starting it if needed …", err=True)
+            from .. import localmodel
+
+            click.echo(f"using the local model ({localmodel.model_name()}); starting it if needed …", err=True)
         if no_stream:
             result = stream.result
             click.echo(result.text)
@@ -108,7 +110,8 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
 @click.option("--background", is_flag=True, help="Start it in the background and return (as 'ask --model local' does).")
 @click.option("--stop", is_flag=True, help="Stop the background model server.")
 @click.option("--status", is_flag=True, help="Say whether it runs, and where.")
-def serve_model(port, threads, background, stop, status):
+@click.option("--model", help="smollm2 (default), gemma3-270m or a .gguf path; default $WIKIRAG_LOCAL_MODEL.")
+def serve_model(port, threads, background, stop, status, model):
     """Run the bundled local model (SmolLM2-135M-Instruct) as an OpenAI-style server on 127.0.0.1.
 
     'wikirag ask --model local' starts it on demand in the background; use this to start it
@@ -125,13 +128,13 @@ def serve_model(port, threads, background, stop, status):
         click.echo("stopped" if localmodel.stop() else "no local model server was running")
     elif status:
         server = localmodel.running()
-        click.echo(f"running: pid {server.pid}, {server.api_base}" if server else "not running")
+        click.echo(f"running: {server.model}, pid {server.pid}, {server.api_base}" if server else "not running")
     elif background:
-        server = localmodel.ensure_running(port=port, threads=threads)
-        click.echo(f"running: pid {server.pid}, {server.api_base}")
+        server = localmodel.ensure_running(port=port, threads=threads, model=model)
+        click.echo(f"running: {server.model}, pid {server.pid}, {server.api_base}")
     else:
         click.echo(f"serving the local model on http://127.0.0.1:{port}/v1 (Ctrl-C stops it)", err=True)
-        localmodel.serve(port, threads, record=True)
+        localmodel.serve(port, threads, record=True, model=model)
 
 
 def _print_sources(result) -> None:
