@@ -137,3 +137,24 @@ def test_extractive_citations_are_all_supported() -> None:
     check = check_citations(text, [FUNDAMENTALS, ICED])
     assert check.citations and check.invalid == [] and check.unsupported == []
 
+
+
+ROTATION = Passage(
+    1, "security", "rotating.md", 0, 400, 1, "Rotating database credentials > When to rotate", 1.0,
+    "## When to rotate\n\nRotating changes the service database password and switches the service to the new "
+    "one without downtime.\n\n- **Scheduled:** every 90 days.\n- **Within 24 hours** after someone leaves.\n")
+
+
+def test_a_sentence_holding_what_the_question_asks_for_leads(monkeypatch) -> None:
+    question = "How often are service database passwords changed?"
+    assert "every 90 days" in extract(question, [ROTATION], similarity=None)[1][0].text
+    monkeypatch.setattr("wikirag.extractive.W_TYPE", 0.0)  # without the answer type, the terms win
+    assert "every 90 days" not in extract(question, [ROTATION], similarity=None)[1][0].text
+
+
+def test_a_code_comment_that_leads_brings_the_code_it_introduces() -> None:
+    page = Passage(1, "guide", "troubleshooting.md", 0, 300, 1, "Troubleshooting > Encoding", 1.0,
+                   "## Encoding\n\nPages must be UTF-8.\n\n```sh\n# prints nothing if the file is valid UTF-8\n"
+                   "iconv -f UTF-8 -t UTF-8 page.md > /dev/null\n```\n")
+    text, chosen = extract("Is the file valid UTF-8? It prints nothing?", [page], similarity=None)
+    assert chosen[0].text.startswith("# prints nothing") and "iconv -f UTF-8 -t UTF-8 page.md" in chosen[1].text, text
