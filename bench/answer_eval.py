@@ -4,8 +4,8 @@ Runs ``bench/questions.jsonl`` (questions written for this over the example wiki
 wiki; each answerable one with the page that answers it and 1–2 exact facts a right answer contains,
 the rest answered by no page) through :func:`wikirag.answers.answer` — retrieval, answer, citation
 check — in a workspace of its own: a temporary copy of ``wikis/`` and ``rags/`` built fresh, plus a
-wiki ``tldr-common`` over ``<eval-dir>/markdown/tldr-common`` (read in place, never copied) and a
-composition ``tldr`` listing it. Reports
+wiki ``tldr-common`` over ``<eval-dir>/markdown/tldr-common`` (read in place, never copied; with the
+dense layer unless ``--tldr-bm25-only``) and a composition ``tldr`` listing it. Reports
 
 * ranking (once, it is the same for every mode): hit@1 and hit@3, the share of answerable questions
   whose expected page is the first passage / among the first three; and facts@1 / facts@k, the share
@@ -50,8 +50,10 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().replace("**", "").replace("`", "").split())
 
 
-def workspace(folder: Path | None, eval_dir: Path) -> tuple[Path, bool]:
-    """A built copy of the example wikis and compositions, plus the tldr wiki; (path, made now)."""
+def workspace(folder: Path | None, eval_dir: Path, tldr_dense: bool = True) -> tuple[Path, bool]:
+    """A built copy of the example wikis and compositions, plus the tldr wiki (with the dense layer, as
+    every example wiki has, unless ``tldr_dense`` is false: embedding its 4,600 pages takes minutes);
+    (path, made now)."""
     if folder is not None and (folder / "rags").is_dir():
         return folder, False
     home = folder or Path(tempfile.mkdtemp(prefix="answer-eval-"))
@@ -62,7 +64,8 @@ def workspace(folder: Path | None, eval_dir: Path) -> tuple[Path, bool]:
     if tldr.is_dir():
         (home / "wikis" / "tldr-common").mkdir()
         (home / "wikis" / "tldr-common" / ".wiki.yaml").write_text(
-            f"name: tldr-common\ntitle: tldr pages (common)\nsensitivity: public\nsource: {tldr}\n")
+            f"name: tldr-common\ntitle: tldr pages (common)\nsensitivity: public\nsource: {tldr}\n"
+            + ("layers:\n  dense: {}\n" if tldr_dense else ""))
         (home / "rags" / "tldr.yaml").write_text("name: tldr\nsensitivity: public\nwikis: [tldr-common]\n")
     else:
         print(f"note: {tldr} not found: the tldr questions are left out", file=sys.stderr)
@@ -145,10 +148,11 @@ def main() -> None:
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
     parser.add_argument("--workspace", type=Path, help="build here once and reuse (default: a temporary one)")
     parser.add_argument("--eval-dir", type=Path, default=EVAL_DIR)
+    parser.add_argument("--tldr-bm25-only", action="store_true", help="build the tldr wiki without the dense layer")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--show", action="store_true", help="print every wrong answer")
     args = parser.parse_args()
-    home, made = workspace(args.workspace, args.eval_dir)
+    home, made = workspace(args.workspace, args.eval_dir, not args.tldr_bm25_only)
     try:
         report = run(home, args.modes, args.k, args.questions)
     finally:

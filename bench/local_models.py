@@ -64,7 +64,7 @@ def main() -> None:
         subset.unlink(missing_ok=True)
     if args.json:
         args.json.write_text(json.dumps(table, indent=2, ensure_ascii=False))
-    print(f"{table[0]['questions']} questions (every {args.every}th of {answer_eval.QUESTIONS.name}), k = {args.k}\n")
+    print(f"{table[0]['questions']} questions (every {args.every}. of {answer_eval.QUESTIONS.name}), k = {args.k}\n")
     print("| model | threads | right (facts + page cited) | facts | page cited | refusals | false refusals "
           "| invalid | unsupported | first token s | total s p50 / p95 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -33,7 +33,11 @@ CASES = {
     ),
     "indented code": (
         "Text before the indented block is long enough.\n\n    This indented line is code. Not split.\n\n    x = 1\n",
-        ["Text before the indented block is long enough.", "This indented line is code. Not split."],
+        ["Text before the indented block is long enough.", "This indented line is code. Not split.", "x = 1"],
+    ),
+    "short commands": (  # a command is an answer however short: a code line, or a paragraph of one code span
+        "Find the process on a port:\n\n`lsof -i :8080`\n\nToo short. `ls` is. A `ls -a` in prose is not.\n",
+        ["Find the process on a port:", "`lsof -i :8080`", "A `ls -a` in prose is not."],
     ),
     "headings": (
         ("# An ATX heading that is long enough\n\nSetext heading long enough to count\n---\n\n"

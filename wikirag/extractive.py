@@ -26,7 +26,8 @@ from .passage import Passage
 from .prompt import NO_ANSWER
 
 MAX_SENTENCES = 3
-MIN_CHARS = 20
+MIN_CHARS = 20      # a shorter prose sentence is no answer; a command is (`lsof -i :{{port}}`, `ls -a`)
+MIN_CODE_CHARS = 4
 CANDIDATES = 12     # sentences compared with the question by MiniLM (the rest by terms only): 12, 16, 24 and
                     # 32 gave the same answers on bench/questions.jsonl (8: -1.5 points); embedding is the cost
 W_COSINE, W_COVERAGE, W_PASSAGE, W_RANK = 0.3, 0.5, 0.5, 0.1  # chosen on bench/questions.jsonl + a dev set
@@ -46,6 +47,7 @@ _NUMBER = re.compile(r"\d")
 # days", "how long" → "2 hours", "how far" → "3–5 cm", "when" → "02:30 UTC". 0.3 on bench/questions.jsonl
 # (+3 right) and the 24 of bench/qa_examples.jsonl (+1); 0.6 loses two of them again
 W_TYPE = 0.3
+W_HEADING = 0.5  # a question term in the heading path or lead, not the sentence, counts at this weight (0.25–1 tried)
 _UNIT = r"(?:second|sec|minute|min|hour|hr|day|week|month|year|quarter)s?"
 
 
@@ -71,6 +73,7 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
 SUPPORT = 0.7        # a supporting sentence scores at least this share of the best
 _MARKUP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`])")
+_CODE_SPAN = re.compile(r"(`+)[^`].*?\1")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it counts
 _URL = re.compile(r"<?\b(?:https?|ftp)://[^\s>]*>?")  # a URL's words ("How-Do-I-Use…") say nothing of the sentence
 _LINK = re.compile(r"\[\[([^\]|]+)(?:\|([^\]]+))?\]\]|\[([^\]]+)\]\([^)]*\)")
@@ -165,11 +168,12 @@ def sentences(n: int, passage: Passage) -> list[Sentence]:
         row = not code and block.startswith("|")
         header = (header if was_row else " ".join(block.split())) if row else ""
         lead = prose if code else (header if row else "")
-        whole = code or row  # a code line or a table row is quoted whole, never cut into sentences
+        command = code or bool(_CODE_SPAN.fullmatch(block))  # a code line, or a paragraph of one code span
+        whole = command or row  # a command or a table row is quoted whole, never cut into sentences
         cuts = [0] + ([] if whole else [m.end() for m in _SENTENCE_END.finditer(block)]) + [len(block)]
         for s, e in itertools.pairwise(cuts):
             raw = block[s:e].rstrip()
-            if len(raw.strip()) >= MIN_CHARS:
+            if len(raw.strip()) >= (MIN_CODE_CHARS if command else MIN_CHARS):
                 start = passage.start + b_start + s + (len(raw) - len(raw.lstrip()))
                 text = " ".join(raw.split())
                 out.append(Sentence(n, start, passage.start + b_start + s + len(raw), text,
@@ -232,7 +236,7 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     df = Counter(t for ts in terms for t in ts)
     weight = dict(zip(wanted, idf(np.array([df.get(t, 0) for t in wanted], dtype=np.float64), len(pool)).tolist()))
     total = sum(weight.values())
-    coverage = [(sum(weight[t] for t in ts) + 0.5 * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)) / total
+    coverage = [(sum(weight[t] for t in ts) + W_HEADING * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)) / total
                 for (s, _), ts, lead in zip(pool, terms, led)]
     if _QUANTITY_QUESTION.search(question):  # "how long/many/often …", "when", "what time": a number answers
         coverage = [c + W_NUMBER * bool(_NUMBER.search(s.text)) for c, (s, _) in zip(coverage, pool)]
