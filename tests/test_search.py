@@ -268,3 +268,12 @@ def test_every_search_is_in_the_audit_log_when_it_returns(built: Workspace, home
         questions = [e["question_sha256"] for e in events if e.get("user") == f"u{t}"]
         expected = [audit.question_hash(f"compost {i}") for i in range(15)]
         assert questions == expected[len(expected) - len(questions):] and len(questions) >= 5
+
+
+def test_unknown_terms_are_reported_but_not_an_abbreviation_of_a_known_word(ws: Workspace, home: Path) -> None:
+    make_wiki(home, "repos", {"setup.md": "# Setup\n\nClone the repository and install the pinned Python version.\n"})
+    (home / "rags" / "repos.yaml").write_text("name: repos\nsensitivity: public\nwikis: [repos]\n")
+    build(ws.wiki("repos"))
+    found = search(ws, "repos", "Which Python version does the repo pin for Kubernetes?", clearance="public")
+    assert found.passages and "kubernet" in found.unknown_terms
+    assert "repo" not in found.unknown_terms and "pin" not in found.unknown_terms  # "repo" reads as "repository"

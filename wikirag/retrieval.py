@@ -319,9 +319,15 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hint = "the question has only very common words (stopwords): add a specific term"
         else:
             hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
-    unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab))
+    unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab and not _abbreviates(t, view.bm25.vocab)))
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
                         list(comp.names), unknown)
+
+
+def _abbreviates(term: str, vocab) -> bool:
+    """Whether an unknown short term starts a longer term the wikis have ("repo" → "repositori"): it is
+    read as that word's abbreviation, not as a topic they lack (the extractive answer refuses on the latter)."""
+    return 3 <= len(term) <= 5 and any(t.startswith(term) for t in vocab)
 
 
 def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
