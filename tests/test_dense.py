@@ -467,3 +467,14 @@ def test_with_a_server_url_queries_go_through_qdrant_client(tmp_path: Path, monk
     # the second stage's cosines of given passages come from the server's points, as the search's do
     np.testing.assert_allclose(served.similarity("w", query, ref_ids[::-1]), ref_scores[::-1], rtol=0, atol=1e-6)
     monkeypatch.setattr(dense_mod, "_STORE", None)  # the next test gets an embedded store again
+
+
+def test_short_texts_are_cut_sooner_and_kept_apart_from_full_ones() -> None:
+    from wikirag import embeddings
+
+    sentence = "For filter coffee, aim for 90–96 °C at the kettle."
+    long = "Water temperature matters. " + "Hotter water extracts faster and lighter roasts need it. " * 30
+    full, cut = embeddings.recent([sentence, long]), embeddings.recent([sentence, long], short=True)
+    assert float(full[0] @ cut[0]) > 0.9999  # a sentence under SHORT_TOKENS is embedded whole
+    assert float(full[1] @ cut[1]) < 0.999  # a long text is cut at SHORT_TOKENS word pieces
+    assert embeddings.recent([long])[0] @ full[1] > 0.9999  # the full vector is not replaced by the cut one

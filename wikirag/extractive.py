@@ -191,10 +191,11 @@ def minilm_similarity(question: str, texts: list[str]) -> np.ndarray | None:
     """The cosine of ``question`` with each of ``texts`` by the bundled MiniLM (``None`` if it is not
     installed: the choice is then lexical only). The question's vector is the one its search made."""
     try:
-        vectors = embeddings.recent([question, *texts])
+        asked = embeddings.recent([question])[0]  # the vector its search made
+        vectors = embeddings.recent(texts, short=True)
     except EmbeddingError:
         return None
-    return (vectors[1:] @ vectors[0]).astype(np.float64)
+    return (vectors @ asked).astype(np.float64)
 
 
 @dataclass(frozen=True)
