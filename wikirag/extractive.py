@@ -222,9 +222,10 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
 
     A sentence's **coverage** is the share of the question's IDF mass (:func:`wikirag.bm25.idf` over the
     candidate sentences; a term no sentence has weighs most) found in the sentence, or at half weight in
-    its passage's heading path or its :attr:`Sentence.lead`. The :data:`CANDIDATES` best by coverage plus
-    the passage's rank prior are compared with the question by ``similarity`` (MiniLM cosine of the
-    sentence under its heading and lead), and scored ``W_COSINE·cosine + W_COVERAGE·coverage +
+    its passage's heading path or its :attr:`Sentence.lead`, plus :data:`W_TYPE` where the sentence holds
+    what the question asks for (:data:`ANSWER_TYPES`: "how often" → "every …"). The :data:`CANDIDATES`
+    best by coverage plus the passage's rank prior are compared with the question by ``similarity``
+    (MiniLM cosine of the sentence under its heading and lead), and scored ``W_COSINE·cosine + W_COVERAGE·coverage +
     W_PASSAGE·passage cosine + W_RANK/passage rank`` (weights chosen by measurement, README "Answers").
     """
     wanted = set(tokenize([question])[0])
