@@ -148,12 +148,14 @@ def drop_repeats(chunks: Iterator[str]) -> Iterator[str]:
 
 
 def citation_grammar(passages: int) -> str:
-    """A llama.cpp GBNF grammar: the answer is either the no-answer sentence or 1–4 sentences, each
-    ending with a citation ``[n]`` of an existing passage. A 135M model rarely cites on its own; with
-    this it always does (which passage it picks is still checked like any model's)."""
+    """A llama.cpp GBNF grammar: the answer is either the no-answer sentence or 1–3 sentences of at most
+    200 characters, each ending with a citation ``[n]`` of an existing passage. A 135M model rarely cites
+    on its own; with this it always does (which passage it picks is still checked like any model's).
+    The bounds keep a degenerate answer ("11-11-11-…", a phrase over and over) within 10 s on 2 cores:
+    with 4 × 300 characters such answers ran 300 tokens and 18–23 s (bench/local_models.py)."""
     numbers = " | ".join(f'"{n}"' for n in range(1, max(passages, 1) + 1))
-    return (f'root ::= "{NO_ANSWER}" | sentence (" " sentence){{0,3}}\n'
-            'sentence ::= [^\\[\\]\\n.!?]{1,300} [.!?] " [" num "]"\n'
+    return (f'root ::= "{NO_ANSWER}" | sentence (" " sentence){{0,2}}\n'
+            'sentence ::= [^\\[\\]\\n.!?]{1,200} [.!?] " [" num "]"\n'
             f"num ::= {numbers}\n")
 
 
