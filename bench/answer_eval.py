@@ -149,9 +149,14 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, help="build here once and reuse (default: a temporary one)")
     parser.add_argument("--eval-dir", type=Path, default=EVAL_DIR)
     parser.add_argument("--tldr-bm25-only", action="store_true", help="build the tldr wiki without the dense layer")
+    parser.add_argument("--no-rerank", action="store_true", help="turn the second stage off (retrieval.RERANK_DEPTH = 0)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--show", action="store_true", help="print every wrong answer")
     args = parser.parse_args()
+    if args.no_rerank:
+        from wikirag import retrieval
+
+        retrieval.RERANK_DEPTH = 0
     home, made = workspace(args.workspace, args.eval_dir, not args.tldr_bm25_only)
     try:
         report = run(home, args.modes, args.k, args.questions)
