@@ -162,3 +162,14 @@ def test_a_code_comment_that_leads_brings_the_code_it_introduces() -> None:
                    "iconv -f UTF-8 -t UTF-8 page.md > /dev/null\n```\n")
     text, chosen = extract("Is the file valid UTF-8? It prints nothing?", [page], similarity=None)
     assert chosen[0].text.startswith("# prints nothing") and "iconv -f UTF-8 -t UTF-8 page.md" in chosen[1].text, text
+
+
+def test_a_size_question_is_answered_by_a_size(monkeypatch) -> None:
+    queue = Passage(1, "systems", "queue.md", 0, 300, 1, "Basalt Queue > Limits", 1.0,
+                    "## Limits\n\nThe queue accepts messages from every service that holds a producer token.\n\n"
+                    "- 256 KB maximum per message; put larger payloads in object storage.\n")
+    question = "What is the largest message the queue accepts?"
+    assert "256 KB" in extract(question, [queue], similarity=None)[1][0].text
+    monkeypatch.setattr("wikirag.extractive.W_TYPE", 0.0)
+    chosen = extract(question, [queue], similarity=None)[1]
+    assert not chosen or "256 KB" not in chosen[0].text

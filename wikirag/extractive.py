@@ -67,6 +67,8 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
      _ci(r"\b\d{1,2}:\d\d\b|\b\d{1,2}\s*(?:am|pm)\b|\bUTC\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b")),
     (_ci(r"\bhow (?:far|high|deep|wide|tall)\b|\bwhat distance\b"),
      _ci(r"\b\d+(?:[.,–-]\d+)?\s*(?:mm|cm|m|km|in|inch(?:es)?|ft|feet|metres?|meters?)\b")),
+    (_ci(r"\bhow (?:big|large|small)\b|\b(?:largest|biggest|smallest|maximum|minimum|max|size|limit)\b"),
+     _ci(r"\b\d+(?:[.,]\d+)?\s*(?:[KMGT]i?B|bytes?|kilobytes?|megabytes?|gigabytes?|terabytes?)\b")),
     (_ci(r"\bwhich version\b|\bwhat version\b|\bversion\b"), _ci(r"\b\d+\.\d+\b")),
     (_ci(r"\bwhich port\b|\bwhat port\b|\bport\b"), _ci(r"\bport\s*:?\s*\d{2,5}\b|:\d{2,5}\b")),
 ]
