@@ -10,9 +10,11 @@ layers, fuses them (:mod:`wikirag.fusion`) and returns :class:`~wikirag.passage.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -323,15 +325,25 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hint = "the question has only very common words (stopwords): add a specific term"
         else:
             hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
-    unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab and not _abbreviates(t, view.bm25.vocab)))
+    unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab and not _abbreviates(t, view.bm25)))
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
                         list(comp.names), unknown)
 
 
-def _abbreviates(term: str, vocab) -> bool:
+_SORTED_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a loaded BM25 index → its terms, sorted
+
+
+def _abbreviates(term: str, bm25) -> bool:
     """Whether an unknown short term starts a longer term the wikis have ("repo" → "repositori"): it is
-    read as that word's abbreviation, not as a topic they lack (the extractive answer refuses on the latter)."""
-    return 3 <= len(term) <= 5 and any(t.startswith(term) for t in vocab)
+    read as that word's abbreviation, not as a topic they lack (the extractive answer refuses on the latter).
+    A binary search in the index's terms, sorted once per loaded index (200k terms: 50 ms, then ~20 µs)."""
+    if not 3 <= len(term) <= 5:
+        return False
+    terms = _SORTED_TERMS.get(bm25)
+    if terms is None:
+        terms = _SORTED_TERMS[bm25] = sorted(bm25.vocab)
+    i = bisect.bisect_left(terms, term)
+    return i < len(terms) and terms[i].startswith(term)
 
 
 def _serving(wikis: tuple[Wiki, ...], cache: IndexCache,
