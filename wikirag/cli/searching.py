@@ -106,7 +106,7 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
 
 @click.command(name="serve-model")
 @click.option("--port", type=int, default=8081, show_default=True, help="Port on 127.0.0.1.")
-@click.option("--threads", type=int, default=1, show_default=True, help="CPU threads (1 is fastest on a busy machine).")
+@click.option("--threads", type=int, help="CPU threads (default: 2, or 1 on a one-core machine; $WIKIRAG_LOCAL_THREADS).")
 @click.option("--background", is_flag=True, help="Start it in the background and return (as 'ask --model local' does).")
 @click.option("--stop", is_flag=True, help="Stop the background model server.")
 @click.option("--status", is_flag=True, help="Say whether it runs, and where.")
