@@ -11,7 +11,8 @@ dense layer unless ``--tldr-bm25-only``) and a composition ``tldr`` listing it. 
   whose expected page is the first passage / among the first three; and facts@1 / facts@k, the share
   whose first passage / any passage (of the expected page) holds every expected fact — the ceiling of
   an extractive answer;
-* per mode: **right** (every expected fact in the answer *and* the expected page cited), facts,
+* per mode: **right** (every expected fact in the answer *and* the expected page cited), right in
+  the first sentence (the answer's lead alone holds the facts, the page cited), facts,
   page cited, refusals ("The passages do not contain the answer.") on the unanswerable, false
   refusals on the answerable, invalid citations (naming no passage), unsupported citations (a cited
   passage that does not hold its sentence's terms), answer milliseconds (retrieval + answer, warm:
@@ -99,6 +100,8 @@ def run(home: Path, modes: list[str], k: int, questions: Path) -> dict:
                 "id": q["id"], "question": q["question"], "answerable": q["answerable"], "answer": result.text,
                 "refused": _norm(NO_ANSWER) in text,
                 "facts": bool(q["facts"]) and all(_norm(f) in text for f in q["facts"]),
+                # the answer's first sentence alone holds them (the answer answers first)
+                "lead": bool(q["facts"]) and all(_norm(f) in _norm(result.text.split("\n\n")[0]) for f in q["facts"]),
                 "page_cited": expected in cited,
                 "rank": pages.index(expected) + 1 if expected in pages else None,
                 # the first passage of the expected page that holds every fact: what an answer can quote
@@ -122,6 +125,7 @@ def run(home: Path, modes: list[str], k: int, questions: Path) -> dict:
         report["modes"][mode] = {
             "right": sum(r["right"] for r in yes) / len(yes),
             "facts": sum(r["facts"] for r in yes) / len(yes),
+            "lead": sum(r["lead"] and r["page_cited"] for r in yes) / len(yes),
             "page_cited": sum(r["page_cited"] for r in yes) / len(yes),
             "refusals": sum(r["refused"] for r in no) / len(no) if no else None,
             "false_refusals": sum(r["refused"] for r in yes) / len(yes),
@@ -169,12 +173,12 @@ def main() -> None:
     print(f"{report['questions']} questions ({report['answerable']} answerable), k = {args.k}: "
           f"hit@1 {report['hit@1']:.0%}, hit@3 {report['hit@3']:.0%}, hit@{args.k} {report[f'hit@{args.k}']:.0%}; "
           f"a passage holding the facts first {report['facts@1']:.0%}, among the {args.k} {report[f'facts@{args.k}']:.0%}\n")
-    print("| mode | right (facts + page cited) | facts | page cited | refusals (unanswerable) | false refusals "
-          "| invalid | unsupported | answer ms p50 / p95 | first token s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| mode | right (facts + page cited) | right in the first sentence | facts | page cited "
+          "| refusals (unanswerable) | false refusals | invalid | unsupported | answer ms p50 / p95 | first token s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode, r in report["modes"].items():
         refusals = f"{r['refusals']:.0%}" if r["refusals"] is not None else "–"
-        print(f"| {mode} | {r['right']:.0%} | {r['facts']:.0%} | {r['page_cited']:.0%} | {refusals} "
+        print(f"| {mode} | {r['right']:.0%} | {r['lead']:.0%} | {r['facts']:.0%} | {r['page_cited']:.0%} | {refusals} "
               f"| {r['false_refusals']:.0%} | {r['invalid_citations']} | {r['unsupported_citations']} "
               f"| {r['answer_ms_median']:.0f} / {r['answer_ms_p95']:.0f} | {r['first_token_s_median']:.2f} |")
     if args.show:
