@@ -173,3 +173,13 @@ def test_a_size_question_is_answered_by_a_size(monkeypatch) -> None:
     monkeypatch.setattr("wikirag.extractive.W_TYPE", 0.0)
     chosen = extract(question, [queue], similarity=None)[1]
     assert not chosen or "256 KB" not in chosen[0].text
+
+
+def test_a_how_to_question_does_not_lead_with_what_not_to_do(monkeypatch) -> None:
+    page = Passage(1, "security", "leaked-key.md", 0, 300, 1, "Leaked API key > Rotate the key", 1.0,
+                   "## Rotate the key\n\nDon't rotate a leaked API key before you have told the security team.\n\n"
+                   "To rotate the API key, create a new key, then revoke the leaked key at the provider.\n")
+    question = "How do I rotate a leaked API key?"
+    assert extract(question, [page])[1][0].text.startswith("To rotate")
+    monkeypatch.setattr("wikirag.extractive.W_PROHIBITION", 0.0)
+    assert extract(question, [page])[1][0].text.startswith("Don't rotate")

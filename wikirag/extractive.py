@@ -47,6 +47,12 @@ _NUMBER = re.compile(r"\d")
 # days", "how long" → "2 hours", "how far" → "3–5 cm", "when" → "02:30 UTC". 0.3 on bench/questions.jsonl
 # (+3 right) and the 24 of bench/qa_examples.jsonl (+1); 0.6 loses two of them again
 W_TYPE = 0.3
+# a "how do I …" question asks how, not what not to do: a sentence starting "Don't", "Do not", "Never" or
+# "Avoid" loses this much there ("How do I rotate a leaked API key?" led with "Don't blame the person who
+# leaked the key."; 0.05–0.2 changed no count on bench/questions.jsonl or qa_examples.jsonl)
+W_PROHIBITION = 0.1
+_HOW_TO = re.compile(r"\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b", re.IGNORECASE)
+_PROHIBITION = re.compile(r"\W*(?:don't|do not|never|avoid)\b", re.IGNORECASE)
 W_HEADING = 0.5  # a question term in the heading path or lead, not the sentence, counts at this weight (0.25–1 tried)
 _UNIT = r"(?:second|sec|minute|min|hour|hr|day|week|month|year|quarter)s?"
 
@@ -251,11 +257,14 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     chosen = sorted(range(len(pool)), key=lambda i: (-prior[i], i))[:CANDIDATES]
     cosine = similarity(question, [_context(*pool[i]) for i in chosen]) if similarity is not None else None
     near = [_passage_cosine(p) for p in passages]
+    how_to = bool(_HOW_TO.search(question))
     out = []
     for j, i in enumerate(chosen):
         cos = float(cosine[j]) if cosine is not None else 0.0
         n = pool[i][0].n
         score = W_COSINE * cos + W_COVERAGE * coverage[i] + W_PASSAGE * near[n - 1] + W_RANK / n
+        if how_to and _PROHIBITION.match(pool[i][0].text):
+            score -= W_PROHIBITION
         out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1]))
     return sorted(out, key=lambda c: (-c.score, c.sentence.n, c.sentence.start))
 
