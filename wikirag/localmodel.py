@@ -112,16 +112,13 @@ class LocalServer:
         return f"openai/{alias(self.model)}"
 
 
-# Decoding stays greedy (temperature 0, set for every model by ChatStream) with llama.cpp's default
-# penalties. Tried on the V60 question and left out: DRY sampling and a repeat penalty 1.15 over the
-# last 64 tokens both also penalise copying the passages (the prompt is in their window), and SmolLM2
-# then invented figures ("125 °C"). drop_repeats removes a repeated sentence instead.
-SAMPLING: dict = {}
-
-
 def request_options(passages: int) -> dict:
-    """What a request to the local server adds: the citation grammar and the sampling settings."""
-    return {"grammar": citation_grammar(passages), **SAMPLING}
+    """What a request to the local server adds: the citation grammar. Decoding stays greedy (temperature
+    0, set for every model by ChatStream) with llama.cpp's default penalties. Tried on the V60 question
+    and left out: DRY sampling and a repeat penalty 1.15 over the last 64 tokens both also penalise
+    copying the passages (the prompt is in their window), and SmolLM2 then invented figures ("125 °C").
+    :func:`drop_repeats` removes a repeated sentence instead."""
+    return {"grammar": citation_grammar(passages)}
 
 
 def _words(text: str) -> str:
@@ -145,9 +142,11 @@ def drop_repeats(chunks: Iterator[str]) -> Iterator[str]:
                 if words:
                     seen.append(words)
             shown = 0
-        if len(pending) > shown and not any(s.startswith(_words(pending)) for s in seen):
-            yield pending[shown:]
-            shown = len(pending)
+        if len(pending) > shown:
+            so_far = _words(pending)
+            if not any(s.startswith(so_far) for s in seen):
+                yield pending[shown:]
+                shown = len(pending)
     if pending[shown:].strip():
         yield pending[shown:]
 
