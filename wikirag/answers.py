@@ -29,7 +29,7 @@ from .composition import Composition
 from .errors import ContextTooLong, ModelError
 from .llm import ChatStream, check_keys
 from .passage import Passage
-from .prompt import Citation, build_messages, check_citations
+from .prompt import NO_ANSWER, Citation, build_messages, check_citations
 from .retrieval import audit_fields, resolve, retrieve
 from .workspace import Workspace
 
@@ -63,12 +63,30 @@ class AnswerResult:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     unknown_terms: list[str] = field(default_factory=list)  # question terms no wiki searched has (retrieval's)
+    searched: str = ""  # the question as searched: the standalone rewrite of a follow-up, else the question
+    rewrite: str = "none"  # how `searched` was made: "none", "offline", "model" (a condensing call), "about"
+    rewrite_seconds: float = 0.0
+    wikis: list[str] = field(default_factory=list)  # the wikis the composition searched
+
+    @property
+    def refused(self) -> bool:
+        """True when the answer says the passages do not hold it (or nothing matched at all)."""
+        return not self.passages or NO_ANSWER.lower() in self.text.lower()
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["passages"] = [p.to_dict() for p in self.passages]
         data["citations"] = [c.to_dict() for c in self.citations]
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AnswerResult:
+        """The result :meth:`to_dict` gave, citations re-attached to their passages (a kept conversation)."""
+        known = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name not in ("passages", "citations")}
+        result = cls(**known, passages=[Passage.from_dict(p) for p in data.get("passages") or ()])
+        result.citations = [Citation(c["n"], result.passages[c["n"] - 1]) for c in data.get("citations") or ()
+                            if isinstance(c.get("n"), int) and 1 <= c["n"] <= len(result.passages)]
+        return result
 
 
 class Answer:

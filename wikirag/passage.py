@@ -72,3 +72,13 @@ class Passage:
         if self.state == "changed":  # its offsets and line no longer point at its text
             data["start"] = data["end"] = data["line"] = None
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Passage:
+        """The passage :meth:`to_dict` gave (a kept conversation's passages are read back with this)."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k not in ("contributions", "via")}
+        for key in ("start", "end", "line"):
+            if known.get(key) is None:
+                known[key] = 0
+        return cls(**known, contributions=tuple(Contribution(**c) for c in data.get("contributions") or ()),
+                   via=tuple(Hop(**h) for h in data.get("via") or ()))
