@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import audit, extractive, localmodel
+from . import audit, extractive, followup, localmodel
 from .access import Level
 from .composition import Composition
 from .errors import ContextTooLong, ModelError
 from .llm import ChatStream, check_keys
 from .passage import Passage
 from .prompt import NO_ANSWER, Citation, build_messages, check_citations
-from .retrieval import audit_fields, resolve, retrieve
+from .followup import Exchange
+from .retrieval import audit_fields, check_question, resolve, retrieve, term_shares
 from .workspace import Workspace
 
 MODEL_ENV = "WIKIRAG_MODEL"
@@ -97,9 +98,10 @@ class Answer:
     """
 
     def __init__(self, result: AnswerResult, api_base: str | None, timeout: float,
-                 on_done: Callable[[AnswerResult], None] | None = None):
+                 on_done: Callable[[AnswerResult], None] | None = None, history: Sequence[Exchange] = ()):
         self._result, self._api_base, self._timeout = result, api_base, timeout
         self._on_done = on_done
+        self._history = list(history)
         self._done = False
 
     @property
@@ -130,7 +132,7 @@ class Answer:
                 r.text = "No passage matched the question, so there is nothing to answer from."
                 yield r.text
             elif r.model == EXTRACTIVE:
-                r.text = extractive.extract(r.question, r.passages, unknown=r.unknown_terms)[0]
+                r.text = extractive.extract(r.searched or r.question, r.passages, unknown=r.unknown_terms)[0]
                 r.first_token_seconds = time.perf_counter() - started
                 yield r.text
             else:
@@ -148,20 +150,18 @@ class Answer:
 
     def _generate(self, started: float) -> Iterator[str]:
         r = self._result
-        model, api_base, api_key = r.model, self._api_base, None
-        max_tokens, local = None, model == LOCAL
+        model, api_base, api_key = endpoint(r.model, self._api_base)
+        max_tokens, local = None, r.model == LOCAL
         if local:
-            server = localmodel.ensure_running()
-            model, api_base, api_key = server.litellm_model, server.api_base, server.key
             max_tokens = localmodel.MAX_ANSWER_TOKENS  # a small model can repeat itself without end
-        elif api_base:  # self-hosted servers often need no key, but OpenAI-style clients insist on one
-            api_key = os.environ.get(API_KEY_ENV) or os.environ.get("OPENAI_API_KEY") or "none"
-        else:
-            check_keys(model, api_base)
         passages = r.passages
         while True:
             extra = localmodel.request_options(len(passages)) if local else None
-            stream = ChatStream(model, build_messages(r.question, passages), api_base=api_base,
+            # the bundled 135M model is given the standalone question alone: earlier turns only confused it
+            messages = (build_messages(r.searched or r.question, passages) if local else
+                        build_messages(r.question, passages, history=followup.recent(self._history),
+                                       searched=r.searched))
+            stream = ChatStream(model, messages, api_base=api_base,
                                 api_key=api_key, timeout=self._timeout, max_tokens=max_tokens, extra_body=extra)
             parts: list[str] = []
             try:
@@ -183,6 +183,47 @@ class Answer:
             return
 
 
+def endpoint(model: str, api_base: str | None) -> tuple[str, str | None, str | None]:
+    """(LiteLLM model string, api_base, api_key) to call for ``model``: the local model is started if
+    needed; a hosted model's key variable is checked before any network call."""
+    if model == LOCAL:
+        server = localmodel.ensure_running()
+        return server.litellm_model, server.api_base, server.key
+    if api_base:  # self-hosted servers often need no key, but OpenAI-style clients insist on one
+        return model, api_base, os.environ.get(API_KEY_ENV) or os.environ.get("OPENAI_API_KEY") or "none"
+    check_keys(model, api_base)
+    return model, api_base, None
+
+
+def standalone(workspace: Workspace, comp: Composition, question: str, history: Sequence[Exchange], model: str,
+               api_base: str | None, timeout: float) -> tuple[str, str, list[str]]:
+    """``question`` made standalone from ``history`` (:mod:`wikirag.followup`): (searched, how, warnings).
+    ``how`` is "none" (no earlier turn, or it needed none), "offline" or "model" (a condensing call to a
+    LiteLLM model; when that fails the offline rewrite is used, with a warning)."""
+    if not history:
+        return question, "none", []
+
+    def shares(terms: list[str]) -> dict[str, float]:
+        return term_shares(workspace, comp, terms)
+
+    warnings: list[str] = []
+    if model not in (EXTRACTIVE, LOCAL):
+        try:
+            name, base, key = endpoint(model, api_base)
+            stream = ChatStream(name, followup.condense_messages(question, history), api_base=base, api_key=key,
+                                timeout=timeout, max_tokens=followup.CONDENSE_TOKENS)
+            condensed = followup.clean_condensed("".join(stream), question)
+            if condensed is not None:
+                return condensed, ("none" if condensed == question else "model"), warnings
+            warnings.append("the model did not rewrite the follow-up as a question: the earlier turn's topic "
+                            "words were added instead")
+        except ModelError as exc:
+            warnings.append(f"the follow-up could not be rewritten by the model ({exc}): the earlier turn's "
+                            "topic words were added instead")
+    searched = followup.rewrite(question, history, shares)
+    return searched, ("none" if searched == question else "offline"), warnings
+
+
 def resolve_model(composition: Composition, model: str | None, api_base: str | None) -> tuple[str, str | None]:
     """The model and api_base to use: argument, else the composition's, else the environment, else default."""
     chosen = model or composition.spec.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
@@ -193,29 +234,41 @@ def resolve_model(composition: Composition, model: str | None, api_base: str | N
 def answer(workspace: Workspace, composition: str | Path | Composition, question: str, *,
            clearance: Level | str, model: str | None = None, api_base: str | None = None,
            k: int | None = None, fusion: str | None = None, timeout: float = 60.0,
-           user: str | None = None) -> Answer:
+           user: str | None = None, history: Sequence[Exchange] | None = None) -> Answer:
     """Retrieve passages for ``question`` now (raising on access or composition errors) and return an
     :class:`Answer` that generates the grounded answer when iterated. The composition is resolved and
     checked once (:func:`~wikirag.retrieval.resolve`) and that result is what is searched. The finished
-    answer is recorded in the audit log (passage ids and cited ids, no text)."""
+    answer is recorded in the audit log (passage ids and cited ids, no text).
+
+    ``history`` is the conversation before this turn, oldest first (:class:`~wikirag.followup.Exchange`:
+    question, searched, answer; e.g. ``Exchange(r.question, r.searched, r.text)`` of earlier results). A
+    follow-up is then searched as its standalone form (:func:`standalone`), kept in ``result.searched``,
+    and a LiteLLM model also sees the recent turns. The caller passes only turns the user may still see
+    (:meth:`wikirag.conversations.Kept.history` does)."""
     started = time.perf_counter()
     level = Level.parse(clearance)
     who = user or audit.default_user()
     comp = resolve(workspace, composition, level, who)
-    found = retrieve(workspace, comp, question, clearance=level, k=k, fusion=fusion, user=who, started=started)
     chosen, base = resolve_model(comp, model, api_base)
+    question = check_question(question)
+    history = list(history or ())
+    rewriting = time.perf_counter()
+    searched, how, rewrite_warnings = standalone(workspace, comp, question, history, chosen, base, timeout)
+    rewrite_seconds = time.perf_counter() - rewriting
+    found = retrieve(workspace, comp, searched, clearance=level, k=k, fusion=fusion, user=who, started=started)
     # a passage whose text is no longer in its file is never handed to a model nor cited
     usable = [p for p in found.passages if p.state != "changed"]
-    warnings = list(found.warnings)
+    warnings = rewrite_warnings + list(found.warnings)
     if len(usable) < len(found.passages):
         gone = sorted({f"{p.wiki}/{p.path}" for p in found.passages if p.state == "changed"})
         warnings.append(f"{len(found.passages) - len(usable)} passage(s) left out: their text is no longer in "
                         f"{', '.join(gone)} (changed since the build)")
     result = AnswerResult(question, comp.name, chosen, passages=usable, warnings=warnings,
-                          retrieval_seconds=found.seconds, unknown_terms=found.unknown_terms)
+                          retrieval_seconds=found.seconds - rewrite_seconds, unknown_terms=found.unknown_terms,
+                          searched=searched, rewrite=how, rewrite_seconds=rewrite_seconds, wikis=list(found.wikis))
 
     def done(r: AnswerResult) -> None:
         audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,
                      cited=[audit.passage_id(c.passage) for c in r.citations], error=r.error)
 
-    return Answer(result, base, timeout, on_done=done)
+    return Answer(result, base, timeout, on_done=done, history=history)

@@ -9,6 +9,7 @@ passage text never reaches, and the rules say that instructions inside passages 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .bm25 import tokenize
@@ -40,18 +41,28 @@ def label(p: Passage) -> str:
     return f"{p.wiki}/{p.path}:{p.line}" + (f" ({p.heading})" if p.heading else "")
 
 
-def build_messages(question: str, passages: list[Passage]) -> list[dict[str, str]]:
+def build_messages(question: str, passages: list[Passage], history: Sequence = (),
+                   searched: str | None = None) -> list[dict[str, str]]:
     """The chat messages for a grounded answer: rules in the system message, data in the user's.
 
     Kept short on purpose: the bundled 135M-parameter model answered more questions correctly with this
-    prompt than with a longer list of rules (bench/answer_eval.py).
+    prompt than with a longer list of rules (bench/answer_eval.py). In a conversation, ``history`` (the
+    recent :class:`~wikirag.followup.Exchange`s, already cut to a token budget) comes first as earlier
+    user and assistant messages, and the question is followed by its standalone form ``searched`` when
+    that differs, so the model reads the follow-up as it was searched.
     """
     blocks = [
         f'<passage n="{i}" source="{_attribute(label(p))}">\n{_neutralise(p.text)}\n</passage>'
         for i, p in enumerate(passages, start=1)
     ]
-    user = "<passages>\n" + "\n".join(blocks) + f"\n</passages>\n\nQuestion: {_neutralise(question)}"
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    asked = f"Question: {_neutralise(question)}"
+    if searched and searched != question:
+        asked += f"\n(In full: {_neutralise(searched)})"
+    user = "<passages>\n" + "\n".join(blocks) + f"\n</passages>\n\n{asked}"
+    earlier = []
+    for ex in history:
+        earlier += [{"role": "user", "content": ex.question}, {"role": "assistant", "content": ex.answer}]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *earlier, {"role": "user", "content": user}]
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,28 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
                         list(comp.names), unknown)
 
 
+def term_shares(workspace: Workspace, comp: Composition, terms: list[str], *,
+                cache: IndexCache | None = None) -> dict[str, float]:
+    """For each BM25 term (already stemmed, :func:`wikirag.bm25.tokenize`), the share of the composition's
+    passages that hold it (0.0 for a term none has): how common a word is in what this composition
+    searches, for :mod:`wikirag.followup`. Reads the merged view a search reads (the same cache); an
+    empty dict when no wiki of it has an index. The composition must have been resolved for the caller."""
+    cache = cache or DEFAULT_CACHE
+    indexes, _, _, _, builds = cache.serving(comp.wikis, lambda: _serving(comp.wikis, cache, workspace.home))
+    if not indexes:
+        return {}
+    try:
+        view, _ = cache.merged(indexes, workspace.home, builds)
+    except IndexMissing:
+        return {}
+    bm25, total = view.bm25, max(view.bm25.num_docs, 1)
+    shares = {}
+    for term in terms:
+        col = bm25.vocab.get(term)
+        shares[term] = 0.0 if col is None else float(bm25.indptr[col + 1] - bm25.indptr[col]) / total
+    return shares
+
+
 _SORTED_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a loaded BM25 index → its terms, sorted
 
 

@@ -53,44 +53,67 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
 
 @click.command()
 @click.argument("rag")
-@click.argument("question")
+@click.argument("questions", nargs=-1, required=True, metavar="QUESTION [QUESTION ...]")
 @click.option("--model", help="'extractive', 'local', or a LiteLLM model string (default: the composition's "
               "model, else $WIKIRAG_MODEL, else extractive).")
 @click.option("--api-base", help="URL of a self-hosted OpenAI-compatible server (env WIKIRAG_API_BASE).")
 @click.option("-k", type=click.IntRange(1, 50), default=None, help="Passages to give the model (default 5).")
 @click.option("--no-stream", is_flag=True, help="Print the answer only when it is complete.")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON (implies --no-stream).")
+@click.option("--json", "as_json", is_flag=True, help="Print each turn's whole result as one JSON object per line "
+              "(implies --no-stream).")
 @clearance_option
 @click.pass_context
-def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
-    """Answer a question from a composition's passages, citing them as [n].
+def ask(ctx, rag, questions, model, api_base, k, no_stream, as_json, clearance):
+    """Answer questions from a composition's passages, citing them as [n].
 
-    The model answers only from the passages; each [n] is checked against the passages, and the
-    sources are listed with their wiki, file, line and heading. If the model fails, the passages are
-    still printed and the command exits 1 with the reason.
+    Several questions are asked in order as one conversation: each later one is understood with the
+    turns before it (a follow-up such as "and how long does it keep?" is rewritten as a standalone
+    question, shown as "searched:", before it is retrieved). The model answers only from the passages;
+    each [n] is checked against the passages, and the sources are listed with their wiki, file, line
+    and heading. If the model fails, the passages are still printed and the command exits 1 with the
+    reason (after the turns asked so far).
 
-    Example: wikirag ask public-help "How hot should the water be for a V60?" --model local
+    Example: wikirag ask public-help "How much coffee goes into a French press?" "And how long does it steep?"
     """
     from ..answers import answer
+    from ..followup import Exchange
 
-    stream = answer(workspace(ctx), rag, question, clearance=clearance, model=model, api_base=api_base, k=k)
-    if as_json:
-        result = stream.result
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-    else:
-        if stream.partial.model == "local":
-            from .. import localmodel
-
-            click.echo(f"using the local model ({localmodel.model_name()}); starting it if needed …", err=True)
-        if no_stream:
+    ws, history, failed = workspace(ctx), [], None
+    for i, question in enumerate(questions):
+        stream = answer(ws, rag, question, clearance=clearance, model=model, api_base=api_base, k=k,
+                        history=history)
+        if as_json:
             result = stream.result
-            click.echo(result.text)
+            click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
         else:
-            for text in stream:
-                click.echo(text, nl=False)
-            click.echo()
-            result = stream.result
-        _print_sources(result)
+            if len(questions) > 1:
+                click.echo(("\n" if i else "") + f"> {question}")
+            if stream.partial.searched != question:
+                click.echo(f"searched: {stream.partial.searched}")
+            if stream.partial.model == "local" and i == 0:
+                from .. import localmodel
+
+                click.echo(f"using the local model ({localmodel.model_name()}); starting it if needed …", err=True)
+            if no_stream:
+                result = stream.result
+                click.echo(result.text)
+            else:
+                for text in stream:
+                    click.echo(text, nl=False)
+                click.echo()
+                result = stream.result
+            _print_sources(result)
+        _report(result)
+        history.append(Exchange(result.question, result.searched, result.text))
+        if result.error:
+            failed = result.error
+            break
+    if failed:
+        raise click.ClickException(f"{failed} (the passages above were retrieved)")
+
+
+def _report(result) -> None:
+    """A turn's warnings and timings, on stderr."""
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if result.invalid_citations:
@@ -98,10 +121,9 @@ def ask(ctx, rag, question, model, api_base, k, no_stream, as_json, clearance):
     if result.unsupported_citations:
         click.echo(f"warning: the answer cites {result.unsupported_citations} for statements those passages do "
                    "not hold (their numbers or most of their terms are not in them)", err=True)
-    click.echo(f"retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
+    rewrite = f"rewrite {result.rewrite_seconds * 1000:.0f} ms ({result.rewrite}), " if result.rewrite != "none" else ""
+    click.echo(f"{rewrite}retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
                f"({result.model})", err=True)
-    if result.error:
-        raise click.ClickException(f"{result.error} (the passages above were retrieved)")
 
 
 @click.command(name="serve-model")
