@@ -132,7 +132,9 @@ class Answer:
                 r.text = "No passage matched the question, so there is nothing to answer from."
                 yield r.text
             elif r.model == EXTRACTIVE:
-                r.text = extractive.extract(r.searched or r.question, r.passages, unknown=r.unknown_terms)[0]
+                own, carried = (followup.parts(r.searched, r.question) if r.rewrite == "offline"
+                                else (r.searched or r.question, ""))
+                r.text = extractive.extract(own, r.passages, unknown=r.unknown_terms, topic=carried)[0]
                 r.first_token_seconds = time.perf_counter() - started
                 yield r.text
             else:
@@ -241,7 +243,7 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
     answer is recorded in the audit log (passage ids and cited ids, no text).
 
     ``history`` is the conversation before this turn, oldest first (:class:`~wikirag.followup.Exchange`:
-    question, searched, answer; e.g. ``Exchange(r.question, r.searched, r.text)`` of earlier results). A
+    question, searched, answer; e.g. ``Exchange.of(r)`` of earlier results). A
     follow-up is then searched as its standalone form (:func:`standalone`), kept in ``result.searched``,
     and a LiteLLM model also sees the recent turns. The caller passes only turns the user may still see
     (:meth:`wikirag.conversations.Kept.history` does)."""

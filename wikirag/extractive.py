@@ -53,6 +53,8 @@ W_TYPE = 0.3
 W_PROHIBITION = 0.1
 _HOW_TO = re.compile(r"\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b", re.IGNORECASE)
 _PROHIBITION = re.compile(r"\W*(?:don't|do not|never|avoid)\b", re.IGNORECASE)
+# a follow-up's carried topic words (wikirag.followup) weigh this share of a term of its own in the coverage
+W_TOPIC = 0.5
 W_HEADING = 0.5  # a question term in the heading path or lead, not the sentence, counts at this weight (0.25–1 tried)
 _UNIT = r"(?:second|sec|minute|min|hour|hr|day|week|month|year|quarter)s?"
 
@@ -225,7 +227,8 @@ def _context(s: Sentence, passage: Passage) -> str:
     return f"{heading}: {text}" if heading else text
 
 
-def rank(question: str, passages: list[Passage], similarity: Similarity | None = minilm_similarity) -> list[Scored]:
+def rank(question: str, passages: list[Passage], similarity: Similarity | None = minilm_similarity,
+         topic: str = "") -> list[Scored]:
     """The passages' sentences that share a term with the question or are near it in meaning, best first.
 
     A sentence's **coverage** is the share of the question's IDF mass (:func:`wikirag.bm25.idf` over the
@@ -235,8 +238,15 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     best by coverage plus the passage's rank prior are compared with the question by ``similarity``
     (MiniLM cosine of the sentence under its heading and lead), and scored ``W_COSINE·cosine + W_COVERAGE·coverage +
     W_PASSAGE·passage cosine + W_RANK/passage rank`` (weights chosen by measurement, README "Answers").
+
+    ``topic`` is the earlier turn's topic a follow-up carries (:func:`wikirag.followup.parts`): its terms
+    count at :data:`W_TOPIC` of their weight (they found the passages; the follow-up's own words say which
+    sentence answers), and the cosine is taken with the question and topic together.
     """
-    wanted = set(tokenize([question])[0])
+    own = set(tokenize([question])[0])
+    wanted = own | set(tokenize([topic])[0])
+    if topic:
+        question = f"{question} ({topic})"
     pool = [(s, p) for i, p in enumerate(passages, start=1) for s in sentences(i, p)]
     if not wanted or not pool:
         return []
@@ -245,6 +255,7 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     led = [set(tokens) & wanted for tokens in tokenize([s.lead for s, _ in pool])]
     df = Counter(t for ts in terms for t in ts)
     weight = dict(zip(wanted, idf(np.array([df.get(t, 0) for t in wanted], dtype=np.float64), len(pool)).tolist()))
+    weight = {t: w if t in own else W_TOPIC * w for t, w in weight.items()}
     total = sum(weight.values())
     coverage = [(sum(weight[t] for t in ts) + W_HEADING * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)) / total
                 for (s, _), ts, lead in zip(pool, terms, led)]
@@ -297,11 +308,12 @@ def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequen
 
 
 def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
-            similarity: Similarity | None = minilm_similarity, unknown: Sequence[str] = ()) -> tuple[str, list[Sentence]]:
+            similarity: Similarity | None = minilm_similarity, unknown: Sequence[str] = (),
+            topic: str = "") -> tuple[str, list[Sentence]]:
     """The answer text and the sentences it quotes: the sentence that best answers the question first,
     then up to ``limit - 1`` supporting ones as a list, each verbatim with its ``[n]``; or
-    :data:`~wikirag.prompt.NO_ANSWER` when no sentence answers (:func:`answers`)."""
-    ranked = rank(question, passages, similarity)
+    :data:`~wikirag.prompt.NO_ANSWER` when no sentence answers (:func:`answers`). ``topic``: see :func:`rank`."""
+    ranked = rank(question, passages, similarity, topic)
     semantic = bool(ranked) and similarity is not None and any(c.cosine for c in ranked)
     if not ranked or not answers(question, ranked, semantic, unknown):
         return NO_ANSWER, []

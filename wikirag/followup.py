@@ -7,8 +7,8 @@ turn is retrieved it is made standalone from the turns before it:
   :func:`rewrite`, deterministic and readable. A follow-up that depends on the conversation — it opens
   with "and", "also", "but", "so", "what about", "how about", "what if"; or it points back ("it",
   "that", "they", "there", "the same", …); or it names no topic of its own (every word it has beyond the
-  question's frame — "how", "long", "who", "do" — is common in the wikis searched: "What ratio of
-  coffee to water?" in a coffee wiki) — gets the earlier turn's topic terms in brackets: "And how long
+  question's frame — "how", "long", "who", "do" — is one or two words that are common in the wikis
+  searched: "Who do I page?" in the security runbooks) — gets the earlier turn's topic terms in brackets: "And how long
   do I leave it to steep?" → "How long do I leave it to steep? (French press)". The topic terms are the
   words of the previous turn's *searched* question (so a chain of follow-ups keeps its topic) that the
   follow-up lacks, the rarest in the wikis first, at most :data:`TOPIC_TERMS`. A question that names its
@@ -33,6 +33,7 @@ from .bm25 import tokenize
 
 TOPIC_TERMS = 3  # at most this many of the earlier turn's words are carried into a follow-up
 PHRASE_TERMS = 5  # … with the words next to them that complete a phrase ("cold" → "cold brew")
+SHORT_TERMS = 2  # a question with more words of its own than this says what it is about
 RARE_SHARE = 0.04  # a word in at most this share of the passages searched names a topic (see module docstring)
 CARRY_SHARE = 0.25  # a carried word is in at most this share of the passages (else it says nothing of the topic)
 HISTORY_TOKENS = 1500  # the turns given to a condensing call or an answer prompt, newest first, at most this
@@ -55,7 +56,13 @@ _FRAME = set(tokenize([
     "used using ask question anything something thing things way ways best good right else again instead "
     "exactly usually tell know mean happen happens say said should would could can may might must do does "
     "done go goes going want wanted kind sort type first next last ok okay please thanks one ones each "
-    "every other same more less enough leave left take takes keep keeps put start stop work works"])[0])
+    "every other same more less enough leave left take takes keep keeps put start stop work works "
+    # function words the index keeps (bm25s's stopword list is short): pronouns, determiners, auxiliaries, prepositions
+    "i me my mine myself we us our ours you your yours he him his she her hers them its own another someone "
+    "somebody anyone anybody everyone everybody nobody none all any both few most some such only very just "
+    "am were been being have has had having did doing will shall from up down out off over under again further "
+    "once here now than too also about above below between through during before after while until against "
+    "whether because so yet still even really maybe"])[0])
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,15 @@ class Exchange:
     question: str
     searched: str
     answer: str
+    topic: str = ""  # the heading path of the passage the answer cited first ("French press > The steep")
+    context: str = ""  # the text of the passages the answer was given
+
+    @classmethod
+    def of(cls, result) -> Exchange:
+        """The exchange of an :class:`~wikirag.answers.AnswerResult`."""
+        first = result.citations[0].passage.heading if result.citations else ""
+        return cls(result.question, result.searched or result.question, result.text, first,
+                   "\n".join(p.text for p in result.passages))
 
 
 Shares = Callable[[list[str]], dict[str, float]]  # stems → share of the composition's passages holding each
@@ -76,31 +92,39 @@ def _stems(words: Sequence[str]) -> list[str]:
     return [t[0] if t else "" for t in tokenize(list(words))]
 
 
-def depends(question: str, shares: Shares | None) -> bool:
+def depends(question: str, shares: Shares | None, previous: Exchange | None = None) -> bool:
     """Whether ``question`` needs the conversation before it (see the module docstring)."""
     if _LEAD.match(question) or _POINTER.search(question):
         return True
-    own = [s for s in _stems(_WORD.findall(question)) if s and s not in _FRAME]
+    own = list(dict.fromkeys(s for s in _stems(_WORD.findall(question)) if s and s not in _FRAME))
     if not own:
         return True
-    if shares is None:  # no statistics: only the explicit signs above count
-        return False
-    known = shares(own)
-    return not any(0 < known.get(s, 0.0) <= RARE_SHARE for s in own) and not any(known.get(s, 0.0) == 0 for s in own)
+    known = shares(own) if shares is not None else {}
+    if len(own) <= SHORT_TERMS and shares is not None and not any(known.get(s, 0.0) <= RARE_SHARE for s in own):
+        return True  # one or two common words: no topic of its own (a rare or unknown word would name one)
+    if previous is not None and previous.context:
+        # every telling word of it is in the passages the earlier turn found: it goes on with that topic
+        # ("How long after capture are refunds allowed?" after a question on the payment service)
+        telling = [s for s in own if known.get(s, 0.0) <= CARRY_SHARE] if shares is not None else own
+        found = set(_stems(_WORD.findall(previous.context)))
+        return bool(telling) and all(s in found for s in telling)
+    return False
 
 
 def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]:
     """The words of ``previous`` (an earlier turn's searched question) that carry its topic into
-    ``question``: content words it lacks, at most :data:`TOPIC_TERMS`, in their order. Words the earlier
-    answer holds most often come first (they are what the wikis matched: "key" in "Someone pushed an API
+    ``question``: content words it lacks, at most :data:`TOPIC_TERMS`, in their order. Words of the
+    heading of the passage the earlier answer cited first come first ("API key" of "Leaked API key"), then
+    those the earlier answer holds most often (they are what the wikis matched: "key" in "Someone pushed an API
     key…", not "someone"), then the rarest in the wikis; a word in more than :data:`CARRY_SHARE` of the passages
-    is carried only when nothing else is left, or next to the first one carried ("cold brew", "API key")."""
+    is carried only when it is in that heading, when nothing else is left, or next to the first one carried ("cold brew", "API key")."""
     searched = previous.searched or previous.question
     words = _WORD.findall(searched)
     stems = _stems(words)
     asking = set(_stems(_HOW.findall(searched)))
     have = set(_stems(_WORD.findall(question)))
     answered = Counter(s for s in _stems(_WORD.findall(previous.answer)) if s)
+    headed = set(_stems(_WORD.findall(previous.topic)))
     candidates: dict[str, int] = {}
     for i, s in enumerate(stems):
         if s and s not in _FRAME and s not in asking and s not in have and s not in candidates:
@@ -108,8 +132,9 @@ def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]
     if not candidates:
         return []
     known = shares(list(candidates)) if shares is not None else {}
-    usable = {s: i for s, i in candidates.items() if known.get(s, 0.0) <= CARRY_SHARE} or candidates
-    chosen = sorted(usable, key=lambda s: (-answered[s], known.get(s, 0.0) or 1.0, usable[s]))[:TOPIC_TERMS]
+    usable = {s: i for s, i in candidates.items() if known.get(s, 0.0) <= CARRY_SHARE or s in headed} or candidates
+    chosen = sorted(usable, key=lambda s: (s not in headed, -answered[s], known.get(s, 0.0) or 1.0,
+                                           usable[s]))[:TOPIC_TERMS]
     at = {candidates[s] for s in chosen}
     # the first word brings the words next to it that are candidates too: "cold" brings "brew", "key" "API"
     at |= {j for j in (candidates[chosen[0]] - 1, candidates[chosen[0]] + 1) if j in candidates.values()}
@@ -119,7 +144,7 @@ def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]
 def rewrite(question: str, history: Sequence[Exchange], shares: Shares | None = None) -> str:
     """``question`` as a standalone question, offline: unchanged when it needs no earlier turn (or there
     is none), else the earlier turn's topic words added in brackets (see the module docstring)."""
-    if not history or not depends(question, shares):
+    if not history or not depends(question, shares, history[-1]):
         return question
     carried = topic(history[-1], question, shares)
     if not carried:
@@ -127,6 +152,18 @@ def rewrite(question: str, history: Sequence[Exchange], shares: Shares | None = 
     body = _CONNECTIVE.sub("", question, count=1).strip() or question.strip()
     body = body[0].upper() + body[1:]
     return f"{body} ({' '.join(carried)})"
+
+
+_CARRIED = re.compile(r"^(.*\S)\s+\(([^()]+)\)$", re.DOTALL)
+
+
+def parts(searched: str, question: str) -> tuple[str, str]:
+    """(the follow-up's own words, the topic :func:`rewrite` carried into it) of a searched question;
+    ``(searched, "")`` when it carries none (a question that was not rewritten, or a model's rewrite)."""
+    found = _CARRIED.match(searched)
+    if searched == question or found is None or found.group(2) in question:
+        return searched, ""
+    return found.group(1), found.group(2)
 
 
 def _tokens(text: str) -> int:

@@ -104,7 +104,7 @@ def ask(ctx, rag, questions, model, api_base, k, no_stream, as_json, clearance):
                 result = stream.result
             _print_sources(result)
         _report(result)
-        history.append(Exchange(result.question, result.searched, result.text))
+        history.append(Exchange.of(result))
         if result.error:
             failed = result.error
             break
