@@ -60,9 +60,15 @@ def test_which_questions_need_the_turn_before(question: str, needs: bool) -> Non
 
 
 def test_a_question_of_common_words_only_needs_the_turn_before() -> None:
-    common = _shares({"ratio", "coffe", "water"})
-    assert depends("What ratio of coffee to water?", common)
-    assert not depends("What ratio of coffee to water?", _shares(set()))  # "ratio" rare: a topic of its own
+    common = _shares({"ratio", "grind"})
+    assert depends("Which grind ratio?", common)
+    assert not depends("Which grind ratio?", _shares({"grind"}))  # "ratio" rare: a topic of its own
+    # longer, but every telling word is in what the earlier turn found: it goes on with that topic
+    earlier = Exchange("How does the payment service capture a card?", "How does the payment service capture a card?",
+                       "It captures at shipping [1].", "Payments", "Cards are captured at shipping. Refunds are "
+                       "allowed for 180 days after capture.")
+    assert depends("How long after capture are refunds allowed?", _shares(set()), earlier)
+    assert not depends("How often should I descale the kettle?", _shares(set()), earlier)
 
 
 def test_the_rewrite_carries_the_topic_and_leaves_standalone_questions_alone() -> None:
