@@ -60,21 +60,29 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def read_queries(path: Path) -> list[tuple[str, str]]:
-    """JSON lines ``{"_id": …, "text": …}``, or a TSV of ``id<TAB>text``."""
+    """JSON lines ``{"_id": …, "text": …}``, or a TSV of ``id<TAB>text``, in UTF-8 (a byte-order mark is
+    allowed). A query's text is kept as written, control characters and all: the search cleans it
+    (:func:`wikirag.retrieval.check_question`), and :func:`wikirag.evaluate.searchable` skips one it cannot."""
+    data = path.read_bytes()
+    try:
+        content = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise EvalError(f"{path}:{line}: not UTF-8 (the byte 0x{data[exc.start]:02x}): save the file as UTF-8, "
+                        "not in a Windows code page") from None
     queries = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                if line.lstrip().startswith("{"):
-                    item = json.loads(line)
-                    queries.append((str(item["_id"]), str(item["text"])))
-                else:
-                    qid, text = line.rstrip("\n").split("\t", 1)
-                    queries.append((qid, text))
-            except (ValueError, KeyError):
-                raise EvalError(f"{path}:{n}: expected a JSON object with _id and text, or id<TAB>text") from None
+    for n, line in enumerate(content.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            if line.lstrip().startswith("{"):
+                item = json.loads(line)
+                queries.append((str(item["_id"]), str(item["text"])))
+            else:
+                qid, text = line.split("\t", 1)
+                queries.append((qid, text))
+        except (ValueError, KeyError, TypeError):
+            raise EvalError(f"{path}:{n}: expected a JSON object with _id and text, or id<TAB>text") from None
     return queries
 
 

@@ -9,6 +9,9 @@ the whole command; :func:`table` renders its report as markdown.
 
 Metrics: nDCG@10 as trec_eval computes it (linear gains, the ideal ranking from the qrels) and
 Recall@100, per dataset and macro-averaged over datasets; a query that retrieves nothing scores 0.
+A query is searched as ``wikirag query`` would search it (control characters cleaned away,
+:func:`~wikirag.retrieval.check_question`); one that cannot be searched at all (only control
+characters, too long) is skipped, left out of the means and listed in the report's ``skipped``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .access import Level
 from .beir import MONOLITH, Dataset, beir_doc
 from .config import cache_dir
 from .errors import EvalError, QueryError
-from .retrieval import LAYERS, search
+from .retrieval import LAYERS, check_question, search
 from .workspace import Workspace
 
 NDCG_K = 10
@@ -55,6 +58,20 @@ def recall_at_k(ranked: Sequence[str], rels: dict[str, int], k: int = RECALL_K) 
 
 
 # running ------------------------------------------------------------------------------------------
+
+def searchable(dataset: str, queries: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[dict]]:
+    """``queries`` split into those a search takes (as given: the search cleans them) and those it refuses,
+    each of these ``{"dataset", "id", "reason"}``: one bad query is skipped, not the end of the evaluation."""
+    kept, skipped = [], []
+    for qid, text in queries:
+        try:
+            check_question(text)
+        except QueryError as exc:
+            skipped.append({"dataset": dataset, "id": qid, "reason": str(exc)})
+        else:
+            kept.append((qid, text))
+    return kept, skipped
+
 
 def ranked_documents(ws: Workspace, composition: str, question: str, *, depth: int,
                      fusion: str | None = None, clearance: Level | str = Level.PUBLIC,
@@ -134,13 +151,16 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def report(datasets: list[Dataset], results: dict[str, MethodResult], k: int = NDCG_K) -> dict:
-    """The JSON shape ``wikirag eval --json`` prints."""
+def report(datasets: list[Dataset], results: dict[str, MethodResult], k: int = NDCG_K,
+           skipped: Sequence[dict] = ()) -> dict:
+    """The JSON shape ``wikirag eval --json`` prints: ``queries`` counts the queries evaluated; ``skipped``
+    lists those that could not be searched (:func:`searchable`)."""
     return {
         "k": k,
         "datasets": {d.name: {"docs": d.docs, "queries": len(d.queries)} for d in datasets},
         "results": {m: {"per_dataset": r.per_dataset, "macro": r.macro, "queries_per_s": r.queries_per_s}
                     for m, r in results.items()},
+        "skipped": list(skipped),
     }
 
 
@@ -151,7 +171,8 @@ def run(sources: Sequence[str], *, workspace: Workspace | None = None, methods: 
     """``wikirag eval`` as a function: the report (:func:`report`) for BEIR folders, or for one
     composition of ``workspace`` with ``queries`` and ``qrels`` files. ``methods`` are fusion names
     (default: every registered one); ``layers`` default to ``bm25`` for BEIR folders, every layer for a
-    composition. Raises :class:`QueryError` for a combination that cannot run."""
+    composition. Raises :class:`QueryError` for a combination that cannot run; a query that cannot be
+    searched is skipped and listed in the report's ``skipped``."""
     own = queries is not None or qrels is not None
     chosen = tuple(layers) if layers else (LAYERS if own else ("bm25",))
     if set(chosen) - set(LAYERS):
@@ -164,13 +185,23 @@ def run(sources: Sequence[str], *, workspace: Workspace | None = None, methods: 
     if own:
         if queries is None or qrels is None or len(sources) != 1 or workspace is None:
             raise QueryError("give one composition of a workspace with both queries and qrels")
-        asked, judged = beir.read_queries(queries), beir.read_qrels(qrels)
+        judged = beir.read_qrels(qrels)
+        relevant = {qid for qid, grades in judged.items() if any(g > 0 for g in grades.values())}
+        asked, skipped = searchable(sources[0], beir.read_queries(queries))
+        skipped = [s for s in skipped if s["id"] in relevant]  # the others would not be scored anyway
+        if skipped and not any(qid in relevant for qid, _ in asked):
+            raise EvalError(f"no judged query can be searched: all {len(skipped)} were skipped (the first: "
+                            f"{skipped[0]['id']}: {skipped[0]['reason']})")
         results = evaluate_composition(workspace, sources[0], asked, judged, names, clearance=clearance, k=k,
                                        layers=chosen)
         pages = sum(index_mod.status(w).files for w in workspace.composition(sources[0], clearance).wikis)
         datasets = [Dataset(sources[0], None, [q for q in asked if q[0] in judged], judged, docs=pages)]
     else:
         datasets = [beir.load_beir(Path(s)) for s in sources]
+        skipped = []
+        for d in datasets:
+            d.queries, refused = searchable(d.name, d.queries)
+            skipped += refused
         unknown = set(exclude_self) - {d.name for d in datasets}
         if unknown:
             raise QueryError(f"--exclude-self names no dataset given: {', '.join(sorted(unknown))}")
@@ -180,7 +211,7 @@ def run(sources: Sequence[str], *, workspace: Workspace | None = None, methods: 
         results = evaluate(ws, datasets, [MONOLITH, ORACLE, *names], k=k, layers=chosen, progress=progress)
     if fusion_mod.DEFAULT_FUSION in results:
         results["default"] = results[fusion_mod.DEFAULT_FUSION]
-    return report(datasets, results, k)
+    return report(datasets, results, k, skipped)
 
 
 def table(report: dict) -> str:
@@ -196,4 +227,8 @@ def table(report: dict) -> str:
         recall_k = f" {r['macro'][f'recall@{k}']:.3f} |" if top else ""
         lines.append(f"| {method} | " + " | ".join(cells) + f" | **{r['macro'][f'ndcg@{k}']:.3f}** |{recall_k}"
                      + f" {r['macro'][f'recall@{RECALL_K}']:.3f} | {r['queries_per_s']:.0f} |")
+    skipped = report.get("skipped") or []
+    if skipped:
+        lines.append(f"\n{len(skipped)} quer{'y' if len(skipped) == 1 else 'ies'} skipped (cannot be searched), "
+                     "left out of the means: " + ", ".join(f"{s['dataset']}/{s['id']}" for s in skipped))
     return "\n".join(lines)

@@ -14,6 +14,7 @@ import bisect
 import dataclasses
 import re
 import time
+import unicodedata
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,20 +45,77 @@ RERANK_DEPTH = 10
 RERANK_RANK = 0.15
 LAYERS = ("bm25", "dense", "graph")
 MAX_QUESTION_CHARS = 10_000
-_CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0)]) - {ord("\t"), ord("\n"), ord("\r")}
 _WORD = re.compile(r"\w")
-_CONTROL_CHAR = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(_CONTROL_CHARS)) + "]")
+# what check_question makes of a question's characters (its docstring says why)
+_TYPED_SPACES = "\t\n\r\x0b\x0c"  # tab, line breaks, vertical tab, form feed: whitespace, not a mistake
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")  # terminal colours, titles, links
+_LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}
+
+
+def _clean_char(code: int) -> str:
+    """What one character of a question becomes: itself, a space, another character, or nothing."""
+    if code < 0x20 or code == 0x7F:  # C0 controls and DEL: a space (they stand between words: NUL, ESC, BEL, …)
+        return " "
+    if 0x80 <= code < 0xA0:  # C1: a Windows-1252 byte read as Latin-1 (0x97 is cp1252's em dash)
+        try:
+            return bytes([code]).decode("cp1252")
+        except UnicodeDecodeError:  # 0x81, 0x8D, 0x8F, 0x90, 0x9D: no cp1252 character, a control as C0 ones
+            return " "
+    char = chr(code)
+    category = unicodedata.category(char)
+    if category == "Cf":  # zero-width space / joiners, word joiner, BOM, soft hyphen, bidi marks: invisible
+        return ""
+    if category in ("Zs", "Zl", "Zp"):  # no-break, thin, ideographic … spaces; line and paragraph separators
+        return " "
+    return _LIGATURES.get(code, char)  # PDF text keeps the ﬁ of its font: the wiki has "fi"
+
+
+class _Cleaning(dict):
+    """``str.translate``'s table: Latin-1 filled in once, any other character looked up when met (not kept:
+    a question may hold any of a million code points)."""
+
+    def __missing__(self, code: int) -> str:
+        return _clean_char(code)
+
+
+_CLEANING = _Cleaning({code: _clean_char(code) for code in range(0x100)})
+
+
+def _is_control(char: str) -> bool:
+    """A character the cleaning turns into a space, another character or nothing, other than whitespace."""
+    code = ord(char)
+    return (code < 0x20 and char not in _TYPED_SPACES) or 0x7F <= code < 0xA0 or unicodedata.category(char) == "Cf"
 
 
 def check_question(question: object) -> str:
-    """``question`` if it is text a search can use, else a :class:`QueryError` saying what is wrong.
+    """``question`` cleaned into the text a search uses, else a :class:`QueryError` saying what is wrong.
 
-    Refused: anything but a ``str``; a ``str`` over :data:`MAX_QUESTION_CHARS` characters; one that is
-    not encodable as UTF-8 (a lone surrogate, such as ``'\\udcff'``, which is how Python passes a byte
-    of a command line that is not UTF-8); and control characters (NUL, escape, C1, …) other than tab
-    and line breaks. Control characters are refused, not stripped: a question holding one was not
-    typed as meant, and silently searching for something else would hide that. Called first by
-    :func:`retrieve`, so :func:`search` and :func:`wikirag.answers.answer` both check.
+    Text pasted from PDFs, Word documents, web pages and terminals carries characters nobody typed:
+    Windows-1252 punctuation mis-decoded as C1 controls (U+0097 for an em dash, U+0092 for an
+    apostrophe), no-break and thin spaces, zero-width spaces, byte-order marks, soft hyphens, NULs,
+    terminal colour codes. Refusing such a question would lose what the user asked for a character
+    they cannot see, so it is cleaned, the same way every time (cleaning clean text changes nothing):
+
+    * a C1 control U+0080–U+009F that is a Windows-1252 byte becomes that character (U+0097 → "—",
+      U+0096 → "–", U+0091/U+0092 → "‘’", U+0093/U+0094 → "“”", U+0085 → "…", U+0095 → "•", …);
+    * the other controls (C0 such as NUL and ESC, U+007F, the five C1 codes cp1252 leaves undefined)
+      become a space, not nothing: where they appear they separate words ("water\\x00tomatoes" is
+      two words), and a terminal escape sequence (``ESC [ 31 m``) becomes one space as a whole;
+    * tab, line breaks and every Unicode space (U+00A0, U+2009, U+3000, …, U+2028/U+2029) become a space;
+    * format characters (Unicode ``Cf``: U+200B/U+200C/U+200D zero-width space and joiners, U+2060 word
+      joiner, U+FEFF byte-order mark, U+00AD soft hyphen, bidi marks) are removed: they sit inside
+      words ("wa\\u200bter" is "water");
+    * the ligatures ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ (U+FB00–U+FB06) become their letters; the text is put in NFC (an
+      accent typed as a combining mark is the precomposed letter the wiki holds);
+    * runs of whitespace become one space, and leading and trailing whitespace is removed.
+
+    Refused, as it cannot be made into a question: anything but a ``str``; a ``str`` over
+    :data:`MAX_QUESTION_CHARS` characters (as given, or once cleaned); one that is not encodable as
+    UTF-8 (a lone surrogate, such as ``'\\udcff'``, which is how Python passes a byte of a command line
+    that is not UTF-8); and one that held control or invisible characters and has no letter or digit
+    once they are removed. A question that was blank as typed is not refused: it is searched, finds
+    nothing, and gets the "empty" hint. Called first by :func:`retrieve`, so :func:`search` and
+    :func:`wikirag.answers.answer` both check, and both search the cleaned text.
     """
     if not isinstance(question, str):
         fix = "decode it to str first" if isinstance(question, (bytes, bytearray)) else "pass the question as a str"
@@ -73,12 +131,20 @@ def check_question(question: object) -> str:
                   if 0xDC80 <= code <= 0xDCFF else "")
         raise QueryError(f"the question is not valid text: character {exc.start + 1} is U+{code:04X}, a lone "
                          f"surrogate{origin}; retype it") from None
-    found = _CONTROL_CHAR.search(question)
-    if found is not None:
-        bad = found.start()
-        raise QueryError(f"the question is not valid text: character {bad + 1} is the control character "
-                         f"U+{ord(question[bad]):04X}; retype it without it")
-    return question
+    text = _ANSI.sub(" ", question) if "\x1b" in question else question
+    if not (text.isascii() and text.isprintable()):
+        text = unicodedata.normalize("NFC", text.translate(_CLEANING))
+    cleaned = " ".join(text.split())
+    if _WORD.search(cleaned) is None:
+        bad = next((i for i, char in enumerate(question) if _is_control(char)), None)
+        if bad is not None:
+            raise QueryError(f"the question is empty after removing control characters: character {bad + 1} is "
+                             f"U+{ord(question[bad]):04X}, and no letter or digit is left; type the question, or "
+                             "paste it as plain text")
+    if len(cleaned) > MAX_QUESTION_CHARS:  # a ligature or NFC can lengthen it
+        raise QueryError(f"the question is too long: {len(cleaned):,} characters once cleaned, at most "
+                         f"{MAX_QUESTION_CHARS:,}; shorten it to what you are looking for")
+    return cleaned
 
 
 def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings: list[str],

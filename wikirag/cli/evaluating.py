@@ -53,4 +53,6 @@ def eval_(ctx, sources, fusions, k, exclude_self, queries_file, qrels_file, cach
                               layers=layer_names, clearance=clearance, progress=lambda msg: click.echo(msg, err=True))
     except QueryError as exc:
         raise click.UsageError(str(exc)) from None
+    for skipped in report["skipped"]:
+        click.echo(f"warning: query {skipped['id']} of {skipped['dataset']} skipped: {skipped['reason']}", err=True)
     click.echo(json.dumps(report, indent=2) if as_json else evaluate.table(report))
