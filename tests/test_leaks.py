@@ -4,7 +4,8 @@ Each non-public fixture wiki carries a unique marker in a page and in its manife
 ``BETA-INTERNAL-MARK`` (internal), ``GAMMA-CONFIDENTIAL-MARK`` (confidential), ``DELTA-RESTRICTED-MARK``
 (restricted). No marker above a user's clearance may appear in anything wikirag outputs to that user:
 library results and answers, CLI output (stdout and stderr), the app's pages (chat, compare, portal,
-page view by URL), error messages, Python logs and the audit log.
+page view by URL), error messages, Python logs and the audit log; and kept conversations (loaded, as a
+follow-up's history, exported, listed) once the clearance is lower than when they were kept.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from streamlit.testing.v1 import AppTest
 
 from wikirag import Workspace, build
 from wikirag.access import Level
-from wikirag.answers import answer
+from wikirag.answers import AnswerResult, answer
 from wikirag.cli import cli
+from wikirag.conversations import ConversationStore
 from wikirag.errors import IndexMissing, WikiragError
+from wikirag.passage import Passage
+from wikirag.prompt import check_citations
 from wikirag.retrieval import search
 from wikirag.users import User
 
@@ -303,3 +307,69 @@ def test_suggestions_in_errors_name_only_what_the_caller_may_see(env: Path, leve
     assert listed and set(listed) - {"none", ""} <= allowed, (level, set(listed) - allowed)
     assert [m for m in messages if "did you mean" in m] == [] or all(
         n in allowed for m in messages for n in re.findall(r"did you mean '([^']+)'", m))
+
+
+LEVEL_COMPOSITIONS = {Level.PUBLIC: "open", Level.INTERNAL: "team", Level.CONFIDENTIAL: "secret", Level.RESTRICTED: "top"}
+LEVEL_WIKIS = {Level.PUBLIC: "alpha", Level.INTERNAL: "beta", Level.CONFIDENTIAL: "gamma", Level.RESTRICTED: "delta"}
+
+
+def _kept_turn(wiki: str, composition: str, marker: str) -> AnswerResult:
+    """A turn whose question, searched form, answer, heading and cited passage all carry ``marker``."""
+    text = f"Notes of {wiki}: {marker} rotation."
+    p = Passage(1, wiki, "page.md", 0, len(text), 1, f"{marker} heading", 1.0, text)
+    r = AnswerResult(f"What does {wiki} say of {marker}?", composition, "extractive", text=f"{marker} [1].",
+                     passages=[p], searched=f"{marker} searched", wikis=[wiki])
+    r.citations = check_citations(r.text, [p]).citations
+    return r
+
+
+def _keep_conversation(ws: Workspace, store: ConversationStore, user: str, first: Level) -> str:
+    """A conversation whose first turn (its title) is at ``first``, then turns at every level: asked of the
+    named composition of that level and of an ad-hoc one, real answers, and turns kept as public whose
+    wikis are above it now (a mirror of a confidential wiki, a broken manifest, a wiki that is gone, a
+    hand-edited public composition naming a confidential wiki)."""
+    cid = store.new(user, LEVEL_COMPOSITIONS[first])
+    order = [first, *Level]
+    for level in order:
+        marker = MARKERS.get(level, "public-text")
+        store.add_turn(user, cid, _kept_turn(LEVEL_WIKIS[level], LEVEL_COMPOSITIONS[level], marker), level)
+        store.add_turn(user, cid, _kept_turn(LEVEL_WIKIS[level], "ad-hoc", marker), level)
+    for wiki, composition, marker in (("mirror", "ad-hoc", MARKERS[Level.CONFIDENTIAL]),
+                                      ("omega", "ad-hoc", MARKERS[Level.RESTRICTED]),
+                                      ("vanished", "ad-hoc", MARKERS[Level.RESTRICTED]),
+                                      ("gamma", "sneaky", MARKERS[Level.CONFIDENTIAL]),
+                                      ("beta", "open", MARKERS[Level.INTERNAL])):
+        store.add_turn(user, cid, _kept_turn(wiki, composition, marker), Level.PUBLIC)
+    for level, composition in LEVEL_COMPOSITIONS.items():
+        real = answer(ws, composition, QUESTIONS[1], clearance=level, user="leak-test").result
+        store.add_turn(user, cid, real, level)
+    return cid
+
+
+@pytest.mark.parametrize("level", list(Level), ids=str)
+def test_kept_conversations_show_nothing_above_the_clearance_now(env: Path, level: Level) -> None:
+    """Conversations kept at every level, loaded, given to a follow-up, exported and listed at ``level``:
+    no marker above it appears, and every marker at or below it does (the probe reaches them)."""
+    checker = Checker()
+    ws = Workspace(env, recheck_seconds=0)
+    store = ConversationStore(env)
+    for first in Level:
+        user = f"conv-{level}-{first}"
+        cid = _keep_conversation(ws, store, user, first)
+        kept = store.load(ws, user, level, cid)
+        where = f"conversation begun at {first}"
+        checker.check(repr(kept), level, f"load() of a {where}")
+        checker.check(json.dumps([t.result.to_dict() for t in kept.turns if t.result], default=str), level,
+                      f"load() results of a {where}")
+        checker.check(repr(kept.history()), level, f"history() of a {where}")
+        checker.check(store.export_markdown(ws, user, level, cid), level, f"export of a {where}")
+        checker.check(repr(store.conversations(user, ws, level)), level, f"the list of a {where}")
+        # hidden: the two turns of each level above (the first one's too) and its real answer, and of the
+        # turns kept as public, those whose wikis are above ``level`` now, and the broken composition's
+        lying = {Level.PUBLIC: 5, Level.INTERNAL: 4, Level.CONFIDENTIAL: 3, Level.RESTRICTED: 1}[level]
+        assert kept.hidden == 3 * sum(lvl > level for lvl in Level) + 2 * (first > level) + lying
+        assert (kept.note is None) == (kept.hidden == 0) and all(t.result is None for t in kept.turns if t.hidden)
+        visible = [t for t in kept.turns if not t.hidden]
+        assert visible and all(t.level <= level for t in visible)
+    assert checker.leaks == [], "\n".join(checker.leaks[:20])
+    assert checker.seen == {m for lvl, m in MARKERS.items() if lvl <= level}
