@@ -194,7 +194,7 @@ def test_a_public_user_chat_and_ad_hoc_wikis(app_home: Path) -> None:
     ("brewing", "../engineering-handbook/operations/deploying.md"),  # path traversal
     ("brewing", "%2e%2e/engineering-handbook/operations/deploying.md"),
     ("brewing", "/etc/passwd"),
-    ("brewing", "index.md"),                                   # not an indexed page
+    ("brewing", "_template.md"),                               # a meta file, not a page (index.md is one)
     ("../wikis/engineering-handbook", "code-review.md"),
 ])
 def test_page_view_by_url_refuses_what_the_user_may_not_see(app_home: Path, wiki: str, path: str) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import audit, extractive, followup, localmodel
+from . import about, audit, extractive, feedback, followup, localmodel
 from .access import Level
 from .composition import Composition
 from .errors import ContextTooLong, ModelError
@@ -31,7 +31,7 @@ from .llm import ChatStream, check_keys
 from .passage import Passage
 from .prompt import NO_ANSWER, Citation, build_messages, check_citations
 from .followup import Exchange
-from .retrieval import audit_fields, check_question, resolve, retrieve, term_shares
+from .retrieval import SearchResult, audit_fields, check_question, resolve, retrieve, term_shares
 from .workspace import Workspace
 
 MODEL_ENV = "WIKIRAG_MODEL"
@@ -98,10 +98,12 @@ class Answer:
     """
 
     def __init__(self, result: AnswerResult, api_base: str | None, timeout: float,
-                 on_done: Callable[[AnswerResult], None] | None = None, history: Sequence[Exchange] = ()):
+                 on_done: Callable[[AnswerResult], None] | None = None, history: Sequence[Exchange] = (),
+                 composition: Composition | None = None):
         self._result, self._api_base, self._timeout = result, api_base, timeout
         self._on_done = on_done
         self._history = list(history)
+        self._composition = composition  # for a question about the knowledge base itself
         self._done = False
 
     @property
@@ -130,6 +132,10 @@ class Answer:
         try:
             if not r.passages:
                 r.text = "No passage matched the question, so there is nothing to answer from."
+                yield r.text
+            elif r.model == EXTRACTIVE and r.rewrite == "about" and self._composition is not None:
+                r.text = about.extractive_answer(r.question, self._composition, r.passages)
+                r.first_token_seconds = time.perf_counter() - started
                 yield r.text
             elif r.model == EXTRACTIVE:
                 own, carried = (followup.parts(r.searched, r.question) if r.rewrite == "offline"
@@ -255,9 +261,16 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
     question = check_question(question)
     history = list(history or ())
     rewriting = time.perf_counter()
-    searched, how, rewrite_warnings = standalone(workspace, comp, question, history, chosen, base, timeout)
-    rewrite_seconds = time.perf_counter() - rewriting
-    found = retrieve(workspace, comp, searched, clearance=level, k=k, fusion=fusion, user=who, started=started)
+    if about.is_about(question):  # "What can I ask?": the knowledge base's own descriptions answer it
+        searched, how, rewrite_warnings = question, "about", []
+        listed = about.passages(workspace, comp, level)
+        found = SearchResult(question, comp.name, listed, seconds=time.perf_counter() - started, wikis=list(comp.names))
+    else:
+        searched, how, rewrite_warnings = standalone(workspace, comp, question, history, chosen, base, timeout)
+        found = None
+    rewrite_seconds = time.perf_counter() - rewriting if how != "about" else 0.0
+    if found is None:
+        found = retrieve(workspace, comp, searched, clearance=level, k=k, fusion=fusion, user=who, started=started)
     # a passage whose text is no longer in its file is never handed to a model nor cited
     usable = [p for p in found.passages if p.state != "changed"]
     warnings = rewrite_warnings + list(found.warnings)
@@ -272,5 +285,6 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
     def done(r: AnswerResult) -> None:
         audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,
                      cited=[audit.passage_id(c.passage) for c in r.citations], error=r.error)
+        feedback.record_answer(workspace.home, r, user=who, level=comp.level)  # a refusal is a gap to see
 
-    return Answer(result, base, timeout, on_done=done, history=history)
+    return Answer(result, base, timeout, on_done=done, history=history, composition=comp)

@@ -2,7 +2,8 @@
 
 The app's pages call these; every function takes the caller's clearance and never returns anything
 above it. A page is read only if it is one of the wiki's own source files (the same files a build
-reads), so a path from a URL cannot reach outside the wiki: ``../``, absolute paths, symlinks out of
+reads) or its index page (``index.md``, which about-answers cite), so a path from a URL cannot reach
+outside the wiki: ``../``, absolute paths, symlinks out of
 the source root and URL-encoded tricks all fail the same way, with :class:`NotFound`.
 """
 
@@ -12,7 +13,7 @@ import logging
 import urllib.parse
 from dataclasses import dataclass, field
 
-from . import audit
+from . import about, audit
 from . import index as index_mod
 from .access import Level
 from .cache import DEFAULT_CACHE
@@ -156,22 +157,25 @@ class PageView:
 
 
 def read_page(ws: Workspace, name: str, path: str, clearance: Level | str, user: str | None = None) -> PageView:
-    """Read one page of a wiki the caller may see. ``path`` must be one of the wiki's source pages."""
+    """Read one page of a wiki the caller may see. ``path`` must be one of the wiki's source pages, or
+    its index page ``index.md`` (a meta file, never indexed, that "What is this about?" answers cite),
+    read by :func:`wikirag.about.index_text`'s rule: a build would read it but for being a meta file."""
     wiki = _visible_wiki(ws, name, clearance, user)
     wanted = urllib.parse.unquote(path or "")
     found = {f.path: f for f in discover(wiki).files}
     source = found.get(wanted)
-    if source is None:
+    index = about.index_text(wiki) if source is None and wanted == about.INDEX_PAGE else None
+    if source is None and index is None:
         log.warning("refused page %r of wiki %r to %s (not one of its pages)", path, name, user)
         audit.record(ws.home, "page_refused", user=user, clearance=clearance, wiki=name, path=path,
                      reason="not one of the wiki's pages")
         raise NotFound(f"no page '{path}' in wiki '{name}'")
-    audit.record(ws.home, "page", user=user, clearance=clearance, wiki=name, path=source.path)
-    text, reason = decode(source.abspath.read_bytes())
+    audit.record(ws.home, "page", user=user, clearance=clearance, wiki=name, path=wanted)
+    text, reason = (index, None) if source is None else decode(source.abspath.read_bytes())
     if text is None:
         raise NotFound(f"page '{path}' cannot be shown: {reason}")
     page = parse_page(text)
-    return PageView(wiki.name, source.path, text, page.body_start, page.frontmatter)
+    return PageView(wiki.name, wanted, text, page.body_start, page.frontmatter)
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,7 @@ class Kept:
 
     def history(self) -> list[Exchange]:
         """The visible turns as a follow-up sees them (a hidden turn is never given to one)."""
-        return [Exchange(t.result.question, t.result.searched or t.result.question, t.result.text)
-                for t in self.turns if t.result is not None]
+        return [Exchange.of(t.result) for t in self.turns if t.result is not None]
 
 
 def _one_line(text: object) -> str:
@@ -136,6 +135,8 @@ def _facts(turn: dict) -> dict:
     if not isinstance(wikis, list) or not isinstance(passages, list):
         return {"level": None}  # damaged: never shown
     touched = [*wikis, *(p.get("wiki") if isinstance(p, dict) else None for p in passages)]
+    if turn.get("composition") != ADHOC:  # "": the composition's own file (wikirag.about), checked with it
+        touched = [w for w in touched if w != ""]
     return {"level": turn.get("level"), "composition": turn.get("composition"), "wikis": touched}
 
 
@@ -381,11 +382,13 @@ class ConversationStore:
         """The conversation last made current, if it still exists (a reload or a new tab resumes it)."""
         return self._read(user)["current"]
 
-    def set_current(self, user: str, conv_id: str) -> None:
-        """Make ``conv_id`` current (the sidebar opened it); NotFound for an unknown one."""
+    def set_current(self, user: str, conv_id: str | None) -> None:
+        """Make ``conv_id`` current (the sidebar opened it); NotFound for an unknown one. None: no
+        conversation is current (the chat's "New conversation", until its first question)."""
 
         def change(data: dict) -> bool:
-            self._get(data, conv_id)
+            if conv_id is not None:
+                self._get(data, conv_id)
             if data["current"] == conv_id:
                 return False
             data["current"] = conv_id

@@ -37,8 +37,10 @@ def _attribute(text: str) -> str:
 
 
 def label(p: Passage) -> str:
-    """How a passage is cited: ``wiki/path:line (heading)``."""
-    return f"{p.wiki}/{p.path}:{p.line}" + (f" ({p.heading})" if p.heading else "")
+    """How a passage is cited: ``wiki/path:line (heading)``; a workspace file's (no wiki: a composition's
+    description, :mod:`wikirag.about`) ``path:line (heading)``, its path relative to the workspace."""
+    where = f"{p.wiki}/{p.path}" if p.wiki else p.path
+    return f"{where}:{p.line}" + (f" ({p.heading})" if p.heading else "")
 
 
 def build_messages(question: str, passages: list[Passage], history: Sequence = (),

@@ -121,7 +121,8 @@ def _report(result) -> None:
     if result.unsupported_citations:
         click.echo(f"warning: the answer cites {result.unsupported_citations} for statements those passages do "
                    "not hold (their numbers or most of their terms are not in them)", err=True)
-    rewrite = f"rewrite {result.rewrite_seconds * 1000:.0f} ms ({result.rewrite}), " if result.rewrite != "none" else ""
+    rewrite = (f"rewrite {result.rewrite_seconds * 1000:.0f} ms ({result.rewrite}), "
+               if result.rewrite in ("offline", "model") else "")
     click.echo(f"{rewrite}retrieval {result.retrieval_seconds:.2f} s, generation {result.generation_seconds:.2f} s "
                f"({result.model})", err=True)
 
@@ -167,4 +168,5 @@ def _print_sources(result) -> None:
     for n, p in enumerate(result.passages, start=1):
         mark = "*" if n in cited else " "
         heading = f"  ({p.heading})" if p.heading else ""
-        click.echo(f" {mark}[{n}] {p.wiki}/{p.path}:{p.line}{heading}")
+        where = f"{p.wiki}/{p.path}" if p.wiki else p.path  # a composition's own file: rags/x.yaml
+        click.echo(f" {mark}[{n}] {where}:{p.line}{heading}")

@@ -1,4 +1,10 @@
-"""Chat with a composition (or an ad-hoc set of wikis) at or below your clearance.
+"""Chat with a composition (or an ad-hoc set of wikis) at or below your clearance, as a conversation.
+
+Each question is answered with the conversation before it (a follow-up is searched as its standalone
+form, shown under the answer: :mod:`wikirag.followup`). Conversations are kept on the server per user
+(:mod:`wikirag.conversations`): the sidebar lists them, opens, renames, deletes and exports them, and a
+reload or a new tab resumes the current one. Every kept turn is checked against the user's clearance as
+it is now on every load; each answer takes a thumbs up or down with a comment (:mod:`wikirag.feedback`).
 
 A Streamlit page script, not a module to import (importing it runs the page): the router registers
 it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``wikirag.webapp``).
@@ -6,22 +12,80 @@ it with st.navigation and Streamlit runs it top to bottom on every rerun (see ``
 
 import streamlit as st
 
-from wikirag import catalog
+from wikirag import catalog, feedback
 from wikirag.answers import answer
-from wikirag.errors import WikiragError
+from wikirag.errors import NotFound, WikiragError
 from wikirag.webapp import ui
 
 user = ui.require_user()
 ws = ui.workspace()
+store = ui.conversation_store()
 ADHOC = "Ad hoc: pick wikis…"
 # offered first: the user's last choice, else the workspace's default for their clearance (catalog.preferred)
 last = ui.session_store().recall(user.name, "chat")
 compositions = {c.name: c for c in catalog.preferred(catalog.visible_compositions(ws, user.clearance))}
 
+# the conversation shown: this tab's, else the user's current one (a reload, a new tab), else a new one
+current = st.session_state.get("conversation", store.current(user.name))
+kept = None
+if current:
+    try:
+        kept = store.load(ws, user.name, user.clearance, current)
+    except NotFound:
+        current = None
+st.session_state["conversation"] = current
+
+
+def _open(conv_id: str | None) -> None:
+    st.session_state["conversation"] = conv_id
+    if conv_id:
+        store.set_current(user.name, conv_id)
+
+
+def _new() -> None:
+    st.session_state["conversation"] = None
+    store.set_current(user.name, None)
+
+
+def _rename(conv_id: str) -> None:
+    title = st.session_state.get(f"rename-{conv_id}", "")
+    try:
+        store.rename(user.name, conv_id, title)
+    except WikiragError as exc:
+        st.session_state["chat-error"] = str(exc)
+
+
+def _delete(conv_id: str) -> None:
+    store.delete(user.name, conv_id)
+    if st.session_state.get("conversation") == conv_id:
+        _new()
+
+
+with st.sidebar:
+    st.subheader("Conversations")
+    st.button("New conversation", icon=":material/add:", on_click=_new, key="conv-new", width="stretch")
+    for summary in store.conversations(user.name, ws, user.clearance):
+        here = summary.id == current
+        st.button(summary.title, key=f"conv-{summary.id}", on_click=_open, args=(summary.id,), disabled=here,
+                  icon=":material/chat_bubble:" if here else None, width="stretch")
+    if kept is not None:
+        with st.expander("This conversation"):
+            st.text_input("Title", value=kept.title, key=f"rename-{kept.id}", on_change=_rename, args=(kept.id,))
+            st.download_button("Export as markdown", store.export_markdown(ws, user.name, user.clearance, kept.id),
+                               file_name=f"conversation-{kept.id}.md", mime="text/markdown", key="conv-export",
+                               icon=":material/download:")
+            st.button("Delete", key="conv-delete", on_click=_delete, args=(kept.id,), icon=":material/delete:")
+
+if "chat-error" in st.session_state:
+    st.error(st.session_state.pop("chat-error"))
+
 st.title("Chat")
+if kept is not None:
+    st.caption(f"Conversation: **{kept.title}** · {len([t for t in kept.turns if not t.hidden])} turn(s)")
 left, right = st.columns([2, 1])
 options = [*compositions, ADHOC]
-choice = left.selectbox("Composition", options, index=options.index(last) if last in options else 0,
+wanted = kept.composition if kept is not None and kept.composition in compositions else last
+choice = left.selectbox("Composition", options, index=options.index(wanted) if wanted in options else 0,
                         format_func=lambda n: n if n == ADHOC else f"{n} — {compositions[n].spec.description}")
 if choice != last:
     ui.session_store().remember(user.name, "chat", choice)
@@ -35,19 +99,49 @@ if choice == ADHOC:
         st.info("Pick at least one wiki.")
         st.stop()
     target = ws.adhoc(picked, user.clearance)
-    key = "chat:adhoc:" + ",".join(sorted(picked))
+    level = target.level
 else:
-    target, key = choice, f"chat:{choice}"
+    target, level = choice, compositions[choice].level
 
-history = st.session_state.setdefault(key, [])
-for i, turn in enumerate(history):
+
+def _vote(conv_id: str, turn) -> None:
+    """The thumbs (and comment) of one turn: kept with the turn and recorded for the gaps view."""
+    value = st.session_state.get(f"thumbs-{turn.id}")
+    comment = st.session_state.get(f"comment-{turn.id}", "").strip()
+    if value is None:
+        return
+    up = value == 1
+    store.set_feedback(user.name, conv_id, turn.id, "up" if up else "down", comment)
+    feedback.vote(ws.home, turn.result, user=user.name, level=turn.level, up=up, comment=comment, turn=turn.id)
+
+
+def show_turn(conv_id: str, turn) -> None:
+    result = turn.result
     with st.chat_message("user"):
-        st.markdown(turn["question"])
+        st.markdown(result.question)
     with st.chat_message("assistant"):
-        st.markdown(turn["result"].text)
-        ui.show_result(turn["result"], f"{key}-{i}")
+        st.markdown(result.text)
+        if result.searched and result.searched != result.question:
+            st.caption(f"Searched: {result.searched}")
+        ui.show_result(result, f"turn-{turn.id}")
+        with st.container(key=f"feedback-{turn.id}", horizontal=True):
+            kept_vote = {"up": 1, "down": 0}.get(turn.feedback or "")
+            vote = st.feedback("thumbs", key=f"thumbs-{turn.id}", default=kept_vote, on_change=_vote,
+                               args=(conv_id, turn))
+            if vote is not None:
+                st.text_input("Comment (optional)", value=turn.comment or "", key=f"comment-{turn.id}",
+                              on_change=_vote, args=(conv_id, turn), label_visibility="collapsed",
+                              placeholder="What was wrong or missing? (optional, Enter to send)")
 
-question = st.chat_input("Ask a question")
+
+if kept is not None:
+    if kept.note:
+        st.info(kept.note)
+    for turn in kept.turns:
+        if not turn.hidden:
+            show_turn(kept.id, turn)
+
+question = st.chat_input("Ask a question" if kept is None else "Ask a follow-up")
 if question:
     with st.chat_message("user"):
         st.markdown(question)
@@ -55,11 +149,18 @@ if question:
         try:
             with st.spinner("Searching…"):
                 stream = answer(ws, target, question, clearance=user.clearance, model=model.strip() or None,
-                                user=user.name)
+                                user=user.name, history=kept.history() if kept is not None else [])
         except WikiragError as exc:
             st.error(str(exc))
             st.stop()
         st.write_stream(stream)
         result = stream.result
-        ui.show_result(result, f"{key}-{len(history)}")
-    history.append({"question": question, "result": result})
+    try:
+        if current is None:
+            raise NotFound("no conversation yet")
+        store.add_turn(user.name, current, result, level)
+    except NotFound:  # the first turn, or the conversation was deleted in another tab: a new one
+        current = store.new(user.name, choice if choice != ADHOC else target.name)
+        store.add_turn(user.name, current, result, level)
+    _open(current)
+    st.rerun()  # shown from the kept conversation, with its feedback buttons and the sidebar's new title

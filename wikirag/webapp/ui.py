@@ -106,6 +106,14 @@ def session_store() -> sessions_mod.SessionStore:
     return sessions_mod.SessionStore(workspace().home)
 
 
+@st.cache_resource(show_spinner=False)
+def conversation_store():
+    """The users' kept conversations, beside the sessions (:mod:`wikirag.conversations`)."""
+    from wikirag.conversations import ConversationStore
+
+    return ConversationStore(workspace().home)
+
+
 def current_user() -> User | None:
     """The session's user: signed in with a password (in this browser session, or in an earlier one whose
     cookie names a live server-side session: a reload, another tab, a shared link), or through single
@@ -216,6 +224,12 @@ def sidebar(user: User, pages: Sequence[StreamlitPage] = ()) -> None:
 def passage_link(p, key: str) -> None:
     """A link to the passage's page in the portal, with the cited characters highlighted (none for a
     passage whose text is no longer in its file)."""
+    if not p.wiki:  # a composition's own file (a question about the knowledge base): not a wiki page
+        st.caption(f"From the composition file {p.path}, line {p.line}.")
+        return
+    if p.path == ".wiki.yaml":  # a wiki's manifest: its page in the portal
+        st.page_link(PORTAL, label=f"Open wiki {p.wiki}", icon=":material/open_in_new:", query_params={"wiki": p.wiki})
+        return
     if getattr(p, "state", "current") == "changed":
         st.caption("This passage changed in its file since the index was built: rebuild the wiki to cite it.")
         return
@@ -240,7 +254,10 @@ def show_passage(p, n: int, key: str) -> None:
     st.caption(f"[{n}] {label(p)}")
     with st.container(border=True):
         # a passage is a fragment of a page: its headings are shown small, not as page titles
-        st.markdown(linked(p.wiki, p.path, re.sub(r"^ {0,3}#{1,6}(?=\s)", "#####", p.text, flags=re.MULTILINE)))
+        if not p.wiki or p.path.endswith((".yaml", ".yml")):  # a composition's or wiki's own description
+            st.code(p.text, language="yaml", wrap_lines=True)
+        else:
+            st.markdown(linked(p.wiki, p.path, re.sub(r"^ {0,3}#{1,6}(?=\s)", "#####", p.text, flags=re.MULTILINE)))
     passage_link(p, key)
 
 
@@ -260,7 +277,8 @@ def show_result(result, key: str) -> None:
         columns = st.columns(min(len(result.citations), 5))
         for i, c in enumerate(result.citations):
             p = result.passages[c.n - 1]
-            with columns[i % len(columns)].popover(f"[{c.n}] {p.wiki}/{p.path}:{p.line}", width="stretch"):
+            where = f"{p.wiki}/{p.path}" if p.wiki else p.path
+            with columns[i % len(columns)].popover(f"[{c.n}] {where}:{p.line}", width="stretch"):
                 show_passage(p, c.n, f"{key}-pop-{c.n}")
     if result.passages:
         with st.expander(f"All {len(result.passages)} passages ({len(cited)} cited)"):

@@ -1,0 +1,89 @@
+"""The chat page as a conversation (streamlit.testing.AppTest over the built example wikis): a follow-up
+is searched with the turn before it and says so, the conversation is kept and resumed by a new session,
+renamed, exported and deleted, feedback is recorded, and questions about the knowledge base are answered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wikirag import Workspace, feedback
+from wikirag.conversations import ConversationStore
+
+from .test_app import INTERNAL_USER, PUBLIC, _app, _app_env, _text, app_home  # noqa: F401 - fixtures
+
+
+def _ask(at, question: str):
+    at.chat_input[0].set_value(question).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_follow_up_is_answered_in_its_conversation_and_resumed_after_a_reload(app_home: Path) -> None:
+    user = PUBLIC.__class__("chat-follow-up", PUBLIC.clearance)
+    at = _app(app_home, user, "pages/chat.py")
+    at.selectbox[0].select("public-help").run()
+    _ask(at, "How much coffee goes into a French press?")
+    _ask(at, "And how long do I leave it to steep?")
+    assert [m.name for m in at.chat_message] == ["user", "assistant", "user", "assistant"]
+    follow = at.chat_message[3]
+    assert "4 minutes" in follow.markdown[0].value
+    assert any(c.value == "Searched: How long do I leave it to steep? (French press)" for c in follow.caption)
+    # the sidebar lists it under its first question; a new session (a reload, another tab) resumes it
+    assert any(b.label == "How much coffee goes into a French press?" for b in at.sidebar.button)
+    again = _app(app_home, user, "pages/chat.py")
+    assert [m.name for m in again.chat_message] == ["user", "assistant", "user", "assistant"]
+    assert "Conversation: **How much coffee goes into a French press?**" in again.caption[0].value
+    # a third turn goes on from the kept conversation, not from scratch
+    _ask(again, "How long does it keep?")
+    assert len(again.chat_message) == 6
+    kept = ConversationStore(app_home).conversations(user.name)
+    assert [(k.title, k.turns) for k in kept] == [("How much coffee goes into a French press?", 3)]
+
+
+def test_rename_new_and_delete(app_home: Path) -> None:
+    user = PUBLIC.__class__("chat-rename", PUBLIC.clearance)
+    at = _app(app_home, user, "pages/chat.py")
+    _ask(at, "How long does cold brew keep?")
+    conv = ConversationStore(app_home).current(user.name)
+    at.sidebar.text_input(key=f"rename-{conv}").input("Cold brew notes").run()
+    assert ConversationStore(app_home).conversations(user.name)[0].title == "Cold brew notes"
+    assert "**Cold brew notes**" in at.caption[0].value
+    at.sidebar.button(key="conv-new").click().run()
+    assert not at.chat_message and not any("Conversation:" in c.value for c in at.caption)
+    _ask(at, "How hot should the water be for a V60?")
+    titles = [k.title for k in ConversationStore(app_home).conversations(user.name)]
+    assert titles == ["How hot should the water be for a V60?", "Cold brew notes"]
+    at.sidebar.button(key=f"conv-{conv}").click().run()  # open the first one again
+    assert "**Cold brew notes**" in at.caption[0].value and len(at.chat_message) == 2
+    at.sidebar.button(key="conv-delete").click().run()
+    assert [k.title for k in ConversationStore(app_home).conversations(user.name)] == [titles[0]]
+    assert not at.chat_message
+
+
+def test_feedback_is_kept_with_the_turn_and_a_down_vote_is_a_gap(app_home: Path) -> None:
+    user = INTERNAL_USER.__class__("chat-feedback", INTERNAL_USER.clearance)
+    at = _app(app_home, user, "pages/chat.py")
+    at.selectbox[0].select("engineering").run()
+    _ask(at, "How fast must a SEV2 page be acknowledged?")
+    store = ConversationStore(app_home)
+    conv = store.current(user.name)
+    turn = store.load(Workspace(app_home), user.name, user.clearance, conv).turns[0]
+    at.feedback(key=f"thumbs-{turn.id}").set_value(0).run()
+    at.text_input(key=f"comment-{turn.id}").input("It should say who acknowledges it").run()
+    assert not at.exception
+    kept = store.load(Workspace(app_home), user.name, user.clearance, conv).turns[0]
+    assert (kept.feedback, kept.comment) == ("down", "It should say who acknowledges it")
+    gaps = [g for g in feedback.gaps(Workspace(app_home), "internal", "engineering-handbook")
+            if g.question == turn.result.question]  # the second vote (with its comment) replaced the first
+    assert [(g.kind, g.comment) for g in gaps] == [("down", "It should say who acknowledges it")]
+    # asked in an internal composition: not shown to a public user, even under the public wiki it searched
+    assert all(g.question != turn.result.question for g in feedback.gaps(Workspace(app_home), "public"))
+
+
+def test_a_question_about_the_knowledge_base_lists_only_what_the_user_may_see(app_home: Path) -> None:
+    at = _app(app_home, PUBLIC.__class__("chat-about", PUBLIC.clearance), "pages/chat.py")
+    _ask(at, "What is this knowledge base about?")
+    text = at.chat_message[1].markdown[0].value
+    assert "Coffee brewing" in text and "wikirag user guide" in text and "[1]" in text
+    shown = _text(at)
+    assert "engineering-handbook" not in shown and "security-runbooks" not in shown
