@@ -213,6 +213,50 @@ def test_a_sign_in_survives_reloads_and_tabs_and_a_shared_link_lands_on_its_char
         browser.close()
 
 
+def test_a_conversation_follow_up_reload_feedback_and_the_gaps_view(app_url: str) -> None:
+    """A follow-up answered in its conversation (the searched question shown), the conversation resumed by a
+    reload, a thumbs-down with a comment, and that question in the wiki's "Questions we could not answer"."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{app_url}/chat")
+        page.get_by_role("textbox", name="User name").wait_for(timeout=30_000)
+        _sign_in(page, "demo-public")
+        page.get_by_role("button", name="New conversation").click()
+        page.get_by_placeholder("Ask a question").fill("How much coffee goes into a French press?")
+        page.keyboard.press("Enter")
+        messages = page.locator('[data-testid="stChatMessage"]')
+        # kept: shown again from the conversation, with its feedback buttons (the page has finished its rerun)
+        expect(messages.nth(1).locator('[data-testid="stFeedbackButton"]').first).to_be_visible(timeout=60_000)
+        page.get_by_placeholder("Ask a question").fill("And how long do I leave it to steep?")
+        page.keyboard.press("Enter")
+        expect(page.get_by_text("Searched: How long do I leave it to steep? (French press)")).to_be_visible(
+            timeout=60_000)
+        expect(messages.nth(3)).to_contain_text("4 minutes")
+        expect(messages.nth(3).locator('[data-testid="stFeedbackButton"]').first).to_be_visible(timeout=60_000)
+        # a reload resumes the conversation: both turns, and its title in the sidebar
+        page.reload()
+        expect(page.locator('[data-testid="stChatMessage"]')).to_have_count(4, timeout=30_000)
+        expect(page.get_by_text("Searched: How long do I leave it to steep? (French press)")).to_be_visible()
+        expect(page.get_by_role("button", name="How much coffee goes into a French press?")).to_be_visible()
+        # thumbs down on the follow-up, with a comment
+        thumbs = page.locator('[data-testid="stChatMessage"]').nth(3).locator('[data-testid="stFeedbackButton"]')
+        thumbs.nth(1).click()
+        comment = page.get_by_placeholder("What was wrong or missing?")
+        comment.wait_for(timeout=30_000)
+        comment.fill("Say how long it settles too")
+        comment.press("Enter")
+        page.wait_for_timeout(1500)
+        # the wiki's gaps view lists it, for a user cleared for the wiki
+        page.goto(f"{app_url}/portal?wiki=brewing&gaps=1")
+        gaps = page.locator(".st-key-gaps")
+        expect(gaps).to_contain_text("And how long do I leave it to steep?", timeout=30_000)
+        expect(gaps).to_contain_text("Say how long it settles too")
+        browser.close()
+
+
 @pytest.mark.parametrize("width", [1400, 390])  # a laptop and a phone
 def test_every_page_fits_a_laptop_and_a_phone(app_home: Path, app_url: str, tmp_path: Path, width: int) -> None:
     """Chat, compare, the knowledge base and a page view, with content, at both widths: nothing wider than the

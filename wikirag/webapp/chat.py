@@ -141,7 +141,7 @@ if kept is not None:
         if not turn.hidden:
             show_turn(kept.id, turn)
 
-question = st.chat_input("Ask a question" if kept is None else "Ask a follow-up")
+question = st.chat_input("Ask a question")
 if question:
     with st.chat_message("user"):
         st.markdown(question)
