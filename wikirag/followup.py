@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from .bm25 import tokenize
 
-TOPIC_TERMS = 3  # at most this many of the earlier turn's words are carried into a follow-up
+TOPIC_TERMS = 4  # at most this many of the earlier turn's words are carried into a follow-up
 PHRASE_TERMS = 5  # … with the words next to them that complete a phrase ("cold" → "cold brew")
 SHORT_TERMS = 2  # a question with more words of its own than this says what it is about
 RARE_SHARE = 0.04  # a word in at most this share of the passages searched names a topic (see module docstring)
