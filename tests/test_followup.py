@@ -79,7 +79,7 @@ def test_the_rewrite_carries_the_topic_and_leaves_standalone_questions_alone() -
         "How long does it steep? (French press)"
     assert rewrite("What about Fridays?", [Exchange("When is the release window?", "When is the release window?",
                                                     "Monday to Thursday [1].")], shares) == \
-        "What about Fridays? (release window)"
+        "What about Fridays? (When is the release window)"  # the earlier question, asked of Fridays
     standalone = "My tap water is very hard. How often should I descale?"
     assert rewrite(standalone, [first], shares) == standalone
     assert rewrite("And how long does it steep?", [], shares) == "And how long does it steep?"  # nothing before it

@@ -43,6 +43,8 @@ CONDENSE_TOKENS = 100  # the most a condensing call may write
 _WORD = re.compile(r"[\w'’-]+")
 _LEAD = re.compile(r"^\s*(?:and|also|but|so|then|or|plus|(?:what|how) about|what if|same (?:for|with))\b",
                    re.IGNORECASE)
+_ASKS = re.compile(r"\b(?:what|how|who|whom|whose|when|where|why|which|is|are|was|were|do|does|did|can|could|"
+                   r"should|would|will|may|must|has|have)\b", re.IGNORECASE)  # a question of its own after the lead
 _CONNECTIVE = re.compile(r"^\s*(?:and|also|but|so|then|or|plus)\b[\s,]*", re.IGNORECASE)  # dropped in the rewrite
 _HOW = re.compile(r"\bhow\s+(\w+)", re.IGNORECASE)  # "how hot", "how long": the word after "how" asks, it is no topic
 _POINTER = re.compile(r"\b(?:it|its|itself|they|them|their|theirs|those|these|he|she|him|her|the same|"
@@ -146,11 +148,15 @@ def rewrite(question: str, history: Sequence[Exchange], shares: Shares | None = 
     is none), else the earlier turn's topic words added in brackets (see the module docstring)."""
     if not history or not depends(question, shares, history[-1]):
         return question
+    body = _CONNECTIVE.sub("", question, count=1).strip() or question.strip()
+    body = body[0].upper() + body[1:]
+    if _LEAD.match(question) and not _ASKS.search(_LEAD.sub("", question, count=1)):
+        # "And for a French press?", "What about Fridays?": the earlier question asked again of something else
+        earlier = parts(history[-1].searched or history[-1].question, history[-1].question)[0]
+        return f"{body} ({earlier.strip().rstrip('?').strip()})"
     carried = topic(history[-1], question, shares)
     if not carried:
         return question
-    body = _CONNECTIVE.sub("", question, count=1).strip() or question.strip()
-    body = body[0].upper() + body[1:]
     return f"{body} ({' '.join(carried)})"
 
 
