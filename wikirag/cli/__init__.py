@@ -1,4 +1,4 @@
-"""The ``wikirag`` command line: build, query, ask, list, check, eval, app, user.
+"""The ``wikirag`` command line: build, query, ask, list, check, eval, gaps, app, user.
 
 Results go to stdout, progress and errors to stderr. Exit codes: 0 success, 1 error (one clear line
 per problem, no traceback), 2 usage error. The library raises :class:`~wikirag.errors.WikiragError`;
@@ -15,6 +15,7 @@ from ..workspace import HOME_ENV, Workspace
 from .admin import app, user
 from .common import CONTEXT, Group
 from .evaluating import eval_
+from .gaps import gaps_
 from .indexing import build, check, list_, watch
 from .searching import ask, query, serve_model
 
@@ -32,7 +33,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
     ctx.obj = Workspace.locate(home)
 
 
-for _command in (build, watch, query, ask, serve_model, app, user, list_, check, eval_):
+for _command in (build, watch, query, ask, serve_model, app, user, list_, check, eval_, gaps_):
     cli.add_command(_command)
 
 

@@ -8,6 +8,12 @@ same message as a page that does not exist.
 With the app watching its sources (``wikirag app --watch``), the wikis table refreshes itself every
 LIVE_SECONDS: each wiki's "updated N s ago" (its index's build time) and the watcher's build errors.
 
+"Questions we could not answer" (:mod:`wikirag.feedback`): in a wiki's view (``?wiki=NAME``, opened with
+``&gaps=1``) the questions its answers refused, cited unsupported or were voted down on, newest first, with
+the count per week and the cited locations as links to the page view; on the main page, the count per wiki.
+Only what the user's clearance covers is listed (:func:`wikirag.feedback.gaps` decides); a question is
+shown as plain text, never as markdown (it is another user's text).
+
 "Rebuild index" starts a build in a background process (:mod:`wikirag.background`) and returns; the page
 shows its progress, refreshing itself while it runs (also after leaving the page and coming back), then its
 result. Queries keep being answered from the previous index meanwhile.
@@ -21,7 +27,7 @@ import time
 
 import streamlit as st
 
-from wikirag import background, catalog
+from wikirag import background, catalog, feedback
 from wikirag.errors import NotFound, WikiragError
 from wikirag.webapp import ui
 
@@ -32,10 +38,12 @@ REFRESH_SECONDS = 1.0  # how often the page refreshes while a background build r
 WATCH_SECONDS = 3.0  # how long the page that starts a build watches it before leaving it to the refresh
 RECENT_SECONDS = 900  # a build that ended this long ago is no longer shown
 LIVE_SECONDS = 2.0  # with the app watching: how often the wikis table refreshes ("updated N s ago")
+GAPS_SHOWN = 50  # the newest questions a wiki's view lists (`wikirag gaps NAME` lists them all)
 # the index's state in words: colour emoji rendered as blank boxes in Debian's Chromium (no emoji font), and
 # a table cell cannot hold Streamlit's icons
 STATE_ICON = {"fresh": "fresh", "stale": "stale: rebuild", "missing": "missing: build it",
               "incompatible": "incompatible: rebuild"}
+KIND_WORDS = {"refused": "refused", "unsupported": "unsupported citation", "down": "voted down"}
 
 # the cited characters: highlighted where they are in the page, and the page scrolled to them once they render
 CITED = """<style>.st-key-cited {background: rgba(255, 164, 33, 0.16); border-left: 0.3rem solid rgb(255, 164, 33);
@@ -110,9 +118,57 @@ def show_wiki(name: str) -> None:
     st.markdown(info.wiki.manifest.description)
     st.caption(f"{info.level} · tags: {', '.join(info.wiki.manifest.tags) or '–'} · "
                f"{STATE_ICON.get(info.status.state, info.status.state)}")
+    show_gaps(name)
     for path in pages:
         st.page_link(ui.PORTAL, label=path, icon=":material/description:",
                      query_params={"wiki": name, "path": path})
+
+
+def show_gaps(name: str) -> None:
+    """The questions wiki ``name`` could not answer, for this user (feedback.gaps decides what they may see)."""
+    found = feedback.gaps(ws, user.clearance, name)
+    with st.container(key="gaps"):
+        with st.expander(f"Questions we could not answer ({len(found)})", expanded=params.get("gaps") == "1",
+                         icon=":material/help:"):
+            if not found:
+                st.caption("None so far: refused answers, unsupported citations and answers voted down are "
+                           "listed here.")
+                return
+            st.caption("Per week: " + " · ".join(f"{week}: {n}" for week, n in feedback.weekly(found)))
+            for i, g in enumerate(found[:GAPS_SHOWN]):
+                with st.container(border=True, key=f"gap-{i}"):
+                    st.caption(f"{g.when:%Y-%m-%d %H:%M} UTC · {KIND_WORDS.get(g.kind, g.kind)} · "
+                               f"composition {g.composition}")
+                    st.text(g.question)  # another user's text: plain, never markdown
+                    if g.searched and g.searched != g.question:
+                        st.text(f"Searched as: {g.searched}")
+                    if g.comment:
+                        st.text(f"Comment: {g.comment}")
+                    for c in g.cited:
+                        where = {"wiki": c.wiki, "path": c.path}
+                        if c.start is not None and c.end is not None:
+                            where |= {"start": str(c.start), "end": str(c.end)}
+                        line = f":{c.line}" if c.line else ""
+                        flag = " (unsupported)" if c.n in g.unsupported else ""
+                        st.page_link(ui.PORTAL, label=f"[{c.n}] {c.wiki}/{c.path}{line}{flag}",
+                                     icon=":material/open_in_new:", query_params=where)
+            if len(found) > GAPS_SHOWN:
+                st.caption(f"and {len(found) - GAPS_SHOWN} older: `wikirag gaps {name}` lists them all")
+
+
+def show_gaps_summary(wikis: list[catalog.WikiInfo]) -> None:
+    """How many questions each wiki this user may see could not answer; each opens the wiki's list."""
+    counts: dict[str, int] = {}
+    for g in feedback.gaps(ws, user.clearance):
+        counts[g.wiki] = counts.get(g.wiki, 0) + 1
+    with st.container(key="gaps-summary"):
+        st.subheader("Questions we could not answer")
+        shown = [w for w in wikis if counts.get(w.name)]
+        if not shown:
+            st.caption("None so far.")
+        for w in shown:
+            st.page_link(ui.PORTAL, label=f"{w.name}: {counts[w.name]}", icon=":material/help:",
+                         query_params={"wiki": w.name, "gaps": "1"})
 
 
 def updated(w: catalog.WikiInfo, live) -> str:
@@ -173,6 +229,7 @@ def show_overview() -> None:
     for c in catalog.visible_compositions(ws, user.clearance):
         st.markdown(f"**{c.name}** · {c.level}{' · default' if c.spec.default else ''} — {c.spec.description}  \n"
                     f"wikis: {', '.join(w.name for w in c.wikis)}")
+    show_gaps_summary(wikis)
     if user.can_build:
         st.subheader("Rebuild")
         names = [w.name for w in wikis]
