@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from .bm25 import tokenize
 
-TOPIC_TERMS = 4  # at most this many of the earlier turn's words are carried into a follow-up
+TOPIC_TERMS = 3  # at most this many of the earlier turn's words are carried into a follow-up
 PHRASE_TERMS = 5  # … with the words next to them that complete a phrase ("cold" → "cold brew")
 SHORT_TERMS = 2  # a question with more words of its own than this says what it is about
 RARE_SHARE = 0.04  # a word in at most this share of the passages searched names a topic (see module docstring)
@@ -45,6 +45,8 @@ _LEAD = re.compile(r"^\s*(?:and|also|but|so|then|or|plus|(?:what|how) about|what
                    re.IGNORECASE)
 _ASKS = re.compile(r"\b(?:what|how|who|whom|whose|when|where|why|which|is|are|was|were|do|does|did|can|could|"
                    r"should|would|will|may|must|has|have)\b", re.IGNORECASE)  # a question of its own after the lead
+_ELLIPSIS = re.compile(r"^\s*(?:(?:and|but|so|or)\s+)?(?:(?:what|how) about|and|or|also|plus|same (?:for|with))\b",
+                       re.IGNORECASE)  # "What about Fridays?", "And for a dark roast?" (not "What if …")
 _CONNECTIVE = re.compile(r"^\s*(?:and|also|but|so|then|or|plus)\b[\s,]*", re.IGNORECASE)  # dropped in the rewrite
 _HOW = re.compile(r"\bhow\s+(\w+)", re.IGNORECASE)  # "how hot", "how long": the word after "how" asks, it is no topic
 _POINTER = re.compile(r"\b(?:it|its|itself|they|them|their|theirs|those|these|he|she|him|her|the same|"
@@ -121,6 +123,8 @@ def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]
     key…", not "someone"), then the rarest in the wikis; a word in more than :data:`CARRY_SHARE` of the passages
     is carried only when it is in that heading, when nothing else is left, or next to the first one carried ("cold brew", "API key")."""
     searched = previous.searched or previous.question
+    body, bracket = parts(searched, previous.question)
+    own_words = len(_WORD.findall(body))  # the earlier follow-up's own words come before those it carried
     words = _WORD.findall(searched)
     stems = _stems(words)
     asking = set(_stems(_HOW.findall(searched)))
@@ -135,8 +139,8 @@ def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]
         return []
     known = shares(list(candidates)) if shares is not None else {}
     usable = {s: i for s, i in candidates.items() if known.get(s, 0.0) <= CARRY_SHARE or s in headed} or candidates
-    chosen = sorted(usable, key=lambda s: (s not in headed, -answered[s], known.get(s, 0.0) or 1.0,
-                                           usable[s]))[:TOPIC_TERMS]
+    chosen = sorted(usable, key=lambda s: (usable[s] >= own_words, s not in headed, -answered[s],
+                                           known.get(s, 0.0) or 1.0, usable[s]))[:TOPIC_TERMS]
     at = {candidates[s] for s in chosen}
     # the first word brings the words next to it that are candidates too: "cold" brings "brew", "key" "API"
     at |= {j for j in (candidates[chosen[0]] - 1, candidates[chosen[0]] + 1) if j in candidates.values()}
@@ -150,7 +154,8 @@ def rewrite(question: str, history: Sequence[Exchange], shares: Shares | None = 
         return question
     body = _CONNECTIVE.sub("", question, count=1).strip() or question.strip()
     body = body[0].upper() + body[1:]
-    if _LEAD.match(question) and not _ASKS.search(_LEAD.sub("", question, count=1)):
+    rest = _LEAD.sub("", question, count=1)
+    if _ELLIPSIS.match(question) and not _ASKS.search(rest) and len(_WORD.findall(rest)) <= 5:
         # "And for a French press?", "What about Fridays?": the earlier question asked again of something else
         earlier = parts(history[-1].searched or history[-1].question, history[-1].question)[0]
         return f"{body} ({earlier.strip().rstrip('?').strip()})"
