@@ -216,6 +216,9 @@ def test_a_lowered_clearance_hides_a_turn_checked_on_every_load(ws, store: Conve
     raised = store.load(ws, "ana", "internal", cid)  # raised again: shown again
     assert raised.hidden == 0 and raised.turns[0].result.question == "When do deploys happen?"
     assert store.conversations("ana", ws, "internal")[0].title == "When do deploys happen?"
+    # a follow-up asked in a public composition is given only the turns asked at or below public
+    assert [e.question for e in raised.history(at_most="public")] == ["How often should I water?"]
+    assert len(raised.history(at_most="internal")) == 2
 
 
 def test_a_removed_composition_hides_its_turns(ws, home: Path, store: ConversationStore) -> None:

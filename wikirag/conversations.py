@@ -100,9 +100,14 @@ class Kept:
     hidden: int
     note: str | None
 
-    def history(self) -> list[Exchange]:
-        """The visible turns as a follow-up sees them (a hidden turn is never given to one)."""
-        return [Exchange.of(t.result) for t in self.turns if t.result is not None]
+    def history(self, at_most: Level | str | None = None) -> list[Exchange]:
+        """The visible turns as a follow-up sees them (a hidden turn is never given to one). ``at_most``: only
+        turns asked at or below that level — the level of the composition the follow-up is asked in, so no
+        word of a confidential turn is carried into a public composition's searched question (which its
+        gaps view may show to public users)."""
+        limit = Level.parse(at_most) if at_most is not None else None
+        return [Exchange.of(t.result) for t in self.turns
+                if t.result is not None and (limit is None or (t.level is not None and t.level <= limit))]
 
 
 def _one_line(text: object) -> str:

@@ -149,7 +149,7 @@ if question:
         try:
             with st.spinner("Searching…"):
                 stream = answer(ws, target, question, clearance=user.clearance, model=model.strip() or None,
-                                user=user.name, history=kept.history() if kept is not None else [])
+                                user=user.name, history=kept.history(at_most=level) if kept is not None else [])
         except WikiragError as exc:
             st.error(str(exc))
             st.stop()
