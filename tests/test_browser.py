@@ -341,7 +341,7 @@ def test_an_app_that_watches_answers_an_edit_on_its_own(app_home: Path, tmp_path
     from playwright.sync_api import expect, sync_playwright
 
     home = tmp_path / "ws"
-    shutil.copytree(app_home, home, ignore=shutil.ignore_patterns("cache"))
+    shutil.copytree(app_home, home, ignore=shutil.ignore_patterns("cache", ".sessions"))  # no kept conversation
     page_file = home / "wikis/brewing/fundamentals.md"
     with _serve(home, "wikirag app", "--watch") as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
