@@ -39,6 +39,14 @@ def warm_up() -> threading.Thread:
     """Once per process, in the background: load every index, merged view and embedding model, so the
     first question (typically asked a few seconds after the sign-in page appears) is already fast."""
 
+    # import (and so compile, in a fresh checkout with no .pyc yet) what the thread runs here, in the script's
+    # thread: CPython 3.11's compiler is not thread-safe against the ast.parse Streamlit runs on each page
+    # ("SystemError: AST constructor recursion depth mismatch", seen once in CI)
+    import wikirag.answers
+    import wikirag.dense
+    import wikirag.embeddings
+    import wikirag.retrieval  # noqa: F401
+
     def load() -> None:
         time.sleep(1.0)  # let the first page render before competing with it for the interpreter
         from wikirag.retrieval import search
