@@ -83,7 +83,8 @@ class AnswerResult:
     @classmethod
     def from_dict(cls, data: dict) -> AnswerResult:
         """The result :meth:`to_dict` gave, citations re-attached to their passages (a kept conversation)."""
-        known = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name not in ("passages", "citations")}
+        known = {f.name: data[f.name] for f in fields(cls)
+                 if f.name in data and f.name not in ("passages", "citations")}
         result = cls(**known, passages=[Passage.from_dict(p) for p in data.get("passages") or ()])
         result.citations = [Citation(c["n"], result.passages[c["n"] - 1]) for c in data.get("citations") or ()
                             if isinstance(c.get("n"), int) and 1 <= c["n"] <= len(result.passages)]

@@ -325,7 +325,7 @@ def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
     if best.sentence.text.endswith(":") or best.sentence.text.startswith(("# ", "// ")):
         after = [s for s in sentences(best.sentence.n, passages[best.sentence.n - 1]) if s.start >= best.sentence.end]
         if after:
-            # a list it introduces: its first two items ("Pages escalate …:" → "0 minutes: primary", "5 minutes: …")
+            # a list it introduces: its first two items ("Pages escalate …:" → "0 minutes: …", "5 minutes: …")
             lead = after[:2] if best.sentence.text.endswith(":") else after[:1]
             support = lead + [s for s in support if s not in lead]
     chosen = [best.sentence] + support[: limit - 1]

@@ -6,17 +6,20 @@ turn is retrieved it is made standalone from the turns before it:
 * **offline** (the ``extractive`` and ``local`` models, and the fallback when a condensing call fails):
   :func:`rewrite`, deterministic and readable. A follow-up that depends on the conversation — it opens
   with "and", "also", "but", "so", "what about", "how about", "what if"; or it points back ("it",
-  "that", "they", "there", "the same", …); or it names no topic of its own (every word it has beyond the
-  question's frame — "how", "long", "who", "do" — is one or two words that are common in the wikis
-  searched: "Who do I page?" in the security runbooks) — gets the earlier turn's topic terms in brackets: "And how long
-  do I leave it to steep?" → "How long do I leave it to steep? (French press)". The topic terms are the
-  words of the previous turn's *searched* question (so a chain of follow-ups keeps its topic) that the
-  follow-up lacks, the rarest in the wikis first, at most :data:`TOPIC_TERMS`. A question that names its
-  own topic ("My tap water is very hard. How often should I descale?") is left alone, so it does not
-  drift to the earlier one; so is the first question of a conversation.
-* **with a LiteLLM model**: :func:`condense`, one call that rewrites the follow-up from the last turns
-  (within :data:`HISTORY_TOKENS` counted with tiktoken's ``cl100k_base``), and the answer prompt then
-  holds those turns too (:func:`wikirag.prompt.build_messages`).
+  "that", "they", "there", "the same", …); or it names no topic of its own (beyond the question's frame —
+  "how", "long", "who", "do" — one or two words that are common in the wikis searched: "Who do I page?"
+  in the security runbooks); or every telling word of it is in the passages the earlier turn found —
+  gets the earlier turn's topic terms in brackets: "And how long do I leave it to steep?" → "How long
+  do I leave it to steep? (French press)"; an elliptical one ("What about Fridays?", "And for a French
+  press?") gets the earlier question itself. The topic terms are words of the previous turn's *searched*
+  question (so a chain of follow-ups keeps its topic) that the follow-up lacks, at most
+  :data:`TOPIC_TERMS`, chosen as :func:`topic` says. A question that names its own topic ("My tap water
+  is very hard. How often should I descale?") is left alone, so it does not drift to the earlier one;
+  so is the first question of a conversation.
+* **with a LiteLLM model**: one condensing call (:func:`condense_messages`, made by
+  :func:`wikirag.answers.standalone`) rewrites the follow-up from the last turns (within
+  :data:`HISTORY_TOKENS` counted with tiktoken's ``cl100k_base``), and the answer prompt then holds
+  those turns too (:func:`wikirag.prompt.build_messages`).
 
 "Common" and "rare" are read from the composition's own BM25 statistics (the share of its passages
 holding the word, :func:`wikirag.retrieval.term_shares`): no list of topics to keep up to date.
@@ -117,13 +120,14 @@ def depends(question: str, shares: Shares | None, previous: Exchange | None = No
 
 def topic(previous: Exchange, question: str, shares: Shares | None) -> list[str]:
     """The words of ``previous`` (an earlier turn's searched question) that carry its topic into
-    ``question``: content words it lacks, at most :data:`TOPIC_TERMS`, in their order. Words of the
-    heading of the passage the earlier answer cited first come first ("API key" of "Leaked API key"), then
-    those the earlier answer holds most often (they are what the wikis matched: "key" in "Someone pushed an API
-    key…", not "someone"), then the rarest in the wikis; a word in more than :data:`CARRY_SHARE` of the passages
-    is carried only when it is in that heading, when nothing else is left, or next to the first one carried ("cold brew", "API key")."""
+    ``question``: content words it lacks, at most :data:`TOPIC_TERMS`, in their order. The earlier
+    follow-up's own words come before those it carried; then words of the heading of the passage the
+    earlier answer cited first ("API key" of "Leaked API key"); then those the earlier answer holds most
+    often (what the wikis matched: "key" in "Someone pushed an API key…", not "someone"); then the rarest
+    in the wikis. A word in more than :data:`CARRY_SHARE` of the passages is carried only when it is in
+    that heading, when nothing else is left, or next to the first one carried ("cold brew", "API key")."""
     searched = previous.searched or previous.question
-    body, bracket = parts(searched, previous.question)
+    body = parts(searched, previous.question)[0]
     own_words = len(_WORD.findall(body))  # the earlier follow-up's own words come before those it carried
     words = _WORD.findall(searched)
     stems = _stems(words)
