@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -161,16 +160,8 @@ def _compact(path: Path) -> None:
 
 
 def _write(path: Path, records: list[dict]) -> None:
-    """As :func:`wikirag.filestore.write_json`, for JSON lines."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """The records as JSON lines, written atomically (:func:`wikirag.filestore.write_text`)."""
+    filestore.write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def _parse(data: bytes) -> list[dict]:

@@ -51,15 +51,20 @@ def read_json(path: Path, default: object) -> object:
         return default
 
 
-def write_json(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temp file in the same folder, then rename), mode 0600."""
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, then rename), mode 0600."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, ensure_ascii=False)
+            out.write(text)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`write_text`), mode 0600."""
+    write_text(path, json.dumps(data, ensure_ascii=False))
