@@ -269,3 +269,35 @@ def test_wikilinks_are_shown_as_links_to_pages_the_caller_may_see(tmp_path: Path
     confidential = linked_markdown(ws, "brew", "guide.md", text, "confidential")
     assert "[the runbook](portal?wiki=ops&path=runbook.md)" in confidential
     assert linked_markdown(ws, "brew", "guide.md", "no links here", "public") == "no links here"
+
+
+def test_an_answer_shows_the_hop_and_cites_the_link_it_followed(tmp_path: Path) -> None:
+    from wikirag.answers import answer
+
+    ws = _catalogue(tmp_path)
+    found = search(ws, "cat", QUESTION, clearance="internal", k=1)
+    assert [p.path for p in found.passages] == ["services/cobalt.md"]
+    # the passage holding the link it was reached through is returned beside it, to be cited
+    assert [(p.path, p.rank) for p in found.linking] == [("projects/falcon.md", 0)]
+    result = answer(ws, "cat", QUESTION, clearance="internal", k=1, model="extractive").result
+    assert [p.path for p in result.passages] == ["services/cobalt.md", "projects/falcon.md"]
+    # the sentence holding the link that was followed, then what the page it leads to says
+    assert result.text.startswith("Project Falcon → Service Cobalt: Orders live in its main database, cobalt; "
+                                  "restores use its backups [2]")
+    assert "[2]; and Service Cobalt says: Backups of the Cobalt database run nightly at 02:30 UTC. [1]" in result.text
+    assert "[[" not in result.text  # the link's markup is not quoted
+    assert {c.n for c in result.citations} == {1, 2}
+    assert not result.invalid_citations and not result.unsupported_citations
+    # ask --json: each citation says which links led to its passage
+    out = CliRunner().invoke(cli, ["--home", str(tmp_path), "ask", "cat", QUESTION, "--json", "-k", "1",
+                                   "--clearance", "internal", "--model", "extractive"])
+    assert out.exit_code == 0, out.output
+    cited = {c["path"]: c for c in json.loads(out.stdout.splitlines()[0])["citations"]}
+    assert cited["services/cobalt.md"]["via"] == [
+        {"wiki": "catalogue", "path": "projects/falcon.md", "line": 3, "link": "[[cobalt#Backups|its backups]]",
+         "to_wiki": "catalogue", "to_path": "services/cobalt.md"}]
+    assert cited["projects/falcon.md"]["via"] == []
+    # a question that names nothing the answer's page lacks is answered without the hop
+    direct = answer(ws, "cat", "When do backups of the Cobalt database run?", clearance="internal",
+                    model="extractive").result
+    assert "→" not in direct.text and "02:30 UTC" in direct.text

@@ -38,6 +38,7 @@ MODEL_ENV = "WIKIRAG_MODEL"
 API_BASE_ENV = "WIKIRAG_API_BASE"
 API_KEY_ENV = "WIKIRAG_API_KEY"  # for a self-hosted server that wants one
 EXTRACTIVE = "extractive"
+MAX_LINKING = 3  # passages added to an answer's for the links its passages were reached through
 LOCAL = "local"
 DEFAULT_MODEL = EXTRACTIVE
 
@@ -274,6 +275,9 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
         found = retrieve(workspace, comp, searched, clearance=level, k=k, fusion=fusion, user=who, started=started)
     # a passage whose text is no longer in its file is never handed to a model nor cited
     usable = [p for p in found.passages if p.state != "changed"]
+    # and the passages holding the links a returned one was reached through: the answer cites them to
+    # show the hop ("Egret resizes photos with Tufa [1] … up to 40 MB [2]")
+    usable += [p for p in found.linking if p.state != "changed"][:MAX_LINKING]
     warnings = rewrite_warnings + list(found.warnings)
     if len(usable) < len(found.passages):
         gone = sorted({f"{p.wiki}/{p.path}" for p in found.passages if p.state == "changed"})

@@ -251,7 +251,11 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     if not wanted or not pool:
         return []
     terms = [set(tokens) & wanted for tokens in tokenize([_URL.sub(" ", s.text) for s, _ in pool])]
-    headed = [set(tokens) & wanted for tokens in tokenize([p.heading for p in passages])]
+    # a passage reached over links is read under its heading and under the passages holding those links
+    # (what the question names, "Egret", is on the page that links to the answer, not on the answer's)
+    context = [" ".join([p.heading, *(passages[i - 1].heading + " " + passages[i - 1].text
+                                      for i in _hop_sources(passages, p))]) for p in passages]
+    headed = [set(tokens) & wanted for tokens in tokenize(context)]
     led = [set(tokens) & wanted for tokens in tokenize([s.lead for s, _ in pool])]
     df = Counter(t for ts in terms for t in ts)
     weight = dict(zip(wanted, idf(np.array([df.get(t, 0) for t in wanted], dtype=np.float64), len(pool)).tolist()))
@@ -307,6 +311,48 @@ def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequen
     return True
 
 
+def _title(p: Passage) -> str:
+    """The page a passage is on, by its title (the first heading of its path), else its file."""
+    return p.heading.split(" > ")[0] if p.heading else p.path
+
+
+def _hop_sources(passages: Sequence[Passage], p: Passage) -> list[int]:
+    """The numbers (1-based) of the passages holding the links ``p`` was reached through (its ``via``),
+    in the order followed; empty if one of them is not among ``passages``."""
+    out = []
+    for hop in p.via:
+        n = next((i for i, q in enumerate(passages, start=1) if q.wiki == hop.wiki and q.path == hop.path
+                  and q.line <= hop.line <= q.line + q.text.count("\n")), None)
+        if n is None:
+            return []
+        out.append(n)
+    return out
+
+
+def _hop_sentences(question: str, passages: Sequence[Passage], best: Sentence) -> list[Sentence]:
+    """The sentences holding the links that lead to ``best``'s passage, in the order followed, when the
+    answer needs them: the question names something the page the links start from has and the answer's
+    passage has not ("… that Egret's buying team can upload" answered on Tufa Images' page, which does
+    not say "Egret"). Empty otherwise, or when a link's passage is not among ``passages``."""
+    target = passages[best.n - 1]
+    sources = _hop_sources(passages, target)
+    if not sources:
+        return []
+    own = set(tokenize([question])[0])
+    start = passages[sources[0] - 1]
+    named = own & set(tokenize([start.heading + " " + start.text])[0])
+    if not named - set(tokenize([target.heading + " " + target.text])[0]):
+        return []
+    out = []
+    for hop, n in zip(target.via, sources):
+        p = passages[n - 1]
+        found = next((s for s in sentences(n, p) if hop.link in p.text[s.start - p.start:s.end - p.start]), None)
+        if found is None:
+            return []
+        out.append(found)
+    return out
+
+
 def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
             similarity: Similarity | None = minilm_similarity, unknown: Sequence[str] = (),
             topic: str = "") -> tuple[str, list[Sentence]]:
@@ -328,6 +374,14 @@ def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
             # a list it introduces: its first two items ("Pages escalate …:" → "0 minutes: …", "5 minutes: …")
             lead = after[:2] if best.sentence.text.endswith(":") else after[:1]
             support = lead + [s for s in support if s not in lead]
+    hops = _hop_sentences(question, passages, best.sentence)
+    support = [s for s in support if s not in hops]
     chosen = [best.sentence] + support[: limit - 1]
     lines = [f"{_unlink(chosen[0].text)} [{chosen[0].n}]"] + [f"- {_unlink(s.text)} [{s.n}]" for s in chosen[1:]]
+    if hops:  # the links followed first, then what the page they lead to says
+        target = passages[best.sentence.n - 1]
+        pages = [_title(passages[s.n - 1]) for s in hops] + [_title(target)]
+        steps = "; ".join(f"{_unlink(s.text).rstrip('.')} [{s.n}]" for s in hops)
+        lines[0] = f"{' → '.join(pages)}: {steps}; and {pages[-1]} says: {lines[0]}"
+        chosen = hops + chosen
     return "\n\n".join(lines[:1] + (["\n".join(lines[1:])] if len(lines) > 1 else [])), chosen

@@ -260,6 +260,11 @@ class ComposedGraph:
     def path(self, seeds: Sequence[int], target: int, max_steps: int = 12) -> list[Hop]:
         """The links on a shortest path to passage ``target`` from a seed on another page (breadth-first;
         empty if none)."""
+        return [hop for hop, _ in self.route(seeds, target, max_steps)]
+
+    def route(self, seeds: Sequence[int], target: int, max_steps: int = 12) -> list[tuple[Hop, int]]:
+        """:meth:`path` with, for each link, the passage node that holds it (where a citation of the hop
+        points)."""
         if self._adjacency is None:
             adjacency: list[list[int]] = [[] for _ in range(self.size)]
             for e, a in enumerate(self.src.tolist()):
@@ -288,7 +293,8 @@ class ComposedGraph:
                 to_wiki = link.wiki or self.names[w]
                 tw = self.names.index(to_wiki)
                 to_path = link.to if not link.wiki else self.graphs[tw].page_index().resolve(link, "")
-                hops.append(Hop(self.names[w], path, link.line, link.text, to_wiki, to_path or link.target))
+                hops.append((Hop(self.names[w], path, link.line, link.text, to_wiki, to_path or link.target),
+                             int(self.src[e])))
             node = int(self.src[e])
         return hops[::-1]
 

@@ -8,6 +8,8 @@ passage text never reaches, and the rules say that instructions inside passages 
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,10 +101,11 @@ class Citation:
         return self.passage.heading
 
     def to_dict(self) -> dict:
-        """The citation as JSON shows it: the number and where the passage is (its text is in ``passages``)."""
+        """The citation as JSON shows it: the number and where the passage is (its text is in ``passages``),
+        and the links followed to reach it (``via``: empty unless the graph layer found it)."""
         p = self.passage
         return {"n": self.n, "wiki": p.wiki, "path": p.path, "start": p.start, "end": p.end, "line": p.line,
-                "heading": p.heading}
+                "heading": p.heading, "via": [dataclasses.asdict(h) for h in p.via]}
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,9 @@ class SearchResult:
     wikis: list[str] = field(default_factory=list)
     # the question's terms (stemmed) that no wiki searched has anywhere: "caffeine" asked of a coffee wiki
     unknown_terms: list[str] = field(default_factory=list)
+    # the passages that hold the links a returned passage was reached through (its ``via``), where they
+    # are not returned themselves (rank 0): what an answer cites to show the hop
+    linking: list[Passage] = field(default_factory=list)
 
 
 def resolve(workspace: Workspace, composition: str | Path | Composition, clearance: Level | str,
@@ -367,7 +370,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             candidates = _candidates(view, rows, weights, term_counts, prior)
     else:
         seeds = []
-    passages = []
+    passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
     if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
         fused = method.fuse(candidates, max(k, RERANK_DEPTH))
         fused = (_rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:])[:k]
@@ -378,10 +381,19 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
             node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
-            via = tuple(graph.path([s for s, _ in seeds], node))
+            route = graph.route([s for s, _ in seeds], node)
+            via = tuple(hop for hop, _ in route)
+            for _, source in route:
+                w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
+                links.setdefault(source, Fused(view.names[w], source - int(view.bm25.offsets[w]), 0.0, ()))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions, via))
-    passages, edited = _as_they_are_now(comp, view, fused, passages)
+    returned = {(hit.wiki, hit.id) for hit in fused}
+    linking_hits = [hit for hit in links.values() if (hit.wiki, hit.id) not in returned]
+    linking = [Passage(0, hit.wiki, c.path, c.start, c.end, c.line, c.heading, 0.0, c.text)
+               for hit in linking_hits for c in [view.chunks[hit.wiki][hit.id]]]
+    checked, edited = _as_they_are_now(comp, view, fused + linking_hits, passages + linking)
+    passages, linking = checked[:len(passages)], checked[len(passages):]
     warnings += edited
     hint = None
     if not passages:
@@ -393,7 +405,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
     unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab and not _abbreviates(t, view.bm25)))
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
-                        list(comp.names), unknown)
+                        list(comp.names), unknown, linking)
 
 
 def term_shares(workspace: Workspace, comp: Composition, terms: list[str], *,

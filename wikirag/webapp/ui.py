@@ -256,10 +256,19 @@ def linked(wiki: str, path: str, text: str) -> str:
     return catalog.linked_markdown(workspace(), wiki, path, text, user.clearance if user else "public")
 
 
+def via_text(p) -> str:
+    """How the graph layer reached a passage: each link followed, where it is, and where it leads."""
+    steps = [f"`{hop.link.replace('`', '')}` on {hop.wiki}/{hop.path}:{hop.line} → {hop.to_wiki}/{hop.to_path}"
+             for hop in p.via]  # the link as code: its markup is shown, never followed
+    return "Reached through " + ", then ".join(steps)
+
+
 def show_passage(p, n: int, key: str) -> None:
     from wikirag.prompt import label
 
     st.caption(f"[{n}] {label(p)}")
+    if p.via:
+        st.caption(via_text(p))
     with st.container(border=True):
         # a passage is a fragment of a page: its headings are shown small, not as page titles
         if not p.wiki or p.path.endswith((".yaml", ".yml")):  # a composition's or wiki's own description
@@ -288,6 +297,9 @@ def show_result(result, key: str) -> None:
             where = f"{p.wiki}/{p.path}" if p.wiki else p.path
             with columns[i % len(columns)].popover(f"[{c.n}] {where}:{p.line}", width="stretch"):
                 show_passage(p, c.n, f"{key}-pop-{c.n}")
+        for c in result.citations:  # a hop is shown under the citations, not only inside the passage
+            if c.passage.via:
+                st.caption(f"[{c.n}] {via_text(c.passage)}")
     if result.passages:
         with st.expander(f"All {len(result.passages)} passages ({len(cited)} cited)"):
             for n, p in enumerate(result.passages, start=1):
