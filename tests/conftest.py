@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,34 @@ from wikirag import Workspace
 from wikirag.cache import DEFAULT_CACHE
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scan_streamlit_components_once() -> Iterator[None]:
+    """Every ``AppTest`` run of a new AppTest scans the metadata of every installed distribution for Streamlit
+    components (``scan_component_manifests``): ~0.3 s each, most of the time of the app tests. The installed
+    distributions do not change during a session (tests/test_install.py installs into a venv of its own), so
+    the scan runs once and its result is reused; each AppTest still registers the components in its own
+    manager, as before."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+        scan = manifest_scanner.scan_component_manifests
+    except (ImportError, AttributeError):  # a Streamlit without that scan: nothing to save
+        yield
+        return
+    found: list = []
+
+    def scan_once(*args, **kwargs):
+        if not found:
+            found.append(scan(*args, **kwargs))
+        return list(found[0])
+
+    manifest_scanner.scan_component_manifests = scan_once
+    try:
+        yield
+    finally:
+        manifest_scanner.scan_component_manifests = scan
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +78,39 @@ def built(ws: Workspace) -> Workspace:
     for name in ws.wiki_names():
         build(ws.wiki(name))
     return ws
+
+
+@pytest.fixture(scope="session")
+def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled examples (the checkout's wikis/ and rags/, without any .index there), every wiki built,
+    once per session: building them takes ~15 s. Never use it in place: take a copy with
+    :func:`copy_built_examples` (~0.5 s)."""
+    from wikirag import build
+
+    home = tmp_path_factory.mktemp("examples") / "ws"
+    for part in ("wikis", "rags"):
+        shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns(".index"))
+    ws = Workspace(home)
+    for name in ws.wiki_names():
+        build(ws.wiki(name))
+    return home
+
+
+def copy_built_examples(built_examples: Path, target: Path) -> Path:
+    """A copy of the session's built examples at ``target``, for a test to use and change, in the state a build
+    of the examples there leaves: the copied indexes record the other folder (a build's settings include its
+    source's path), so each wiki is built again there — reusing every passage and vector of the copied build,
+    as an incremental build does — and the copied build is then removed, leaving one build per wiki."""
+    from wikirag import build, store
+
+    shutil.copytree(built_examples, target, symlinks=True)
+    ws = Workspace(target)
+    for name in ws.wiki_names():
+        wiki = ws.wiki(name)
+        build(wiki)
+        with store.build_lock(wiki):
+            store.sweep(wiki, keep={store.current_build_id(wiki)})
+    return target
 
 
 def make_wiki(home: Path, name: str, files: dict[str, bytes | str], sensitivity: str = "public",

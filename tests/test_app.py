@@ -18,9 +18,11 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from wikirag import Workspace, build, webapp
+from wikirag import webapp
 from wikirag.access import Level
 from wikirag.users import User
+
+from .conftest import copy_built_examples
 
 REPO = Path(__file__).resolve().parent.parent
 INTERNAL = ["NWL-INTERNAL-3K8P", "engineering-handbook", "Northwind"]
@@ -28,15 +30,9 @@ CONFIDENTIAL = ["NWL-CONFIDENTIAL-7Q4Z", "security-runbooks"]
 
 
 @pytest.fixture(scope="module")
-def app_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def app_home(built_examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A copy of the bundled examples, built, as the app's workspace (the repository is never written)."""
-    home = tmp_path_factory.mktemp("app") / "ws"
-    for part in ("wikis", "rags"):
-        shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns(".index"))
-    ws = Workspace(home)
-    for name in ws.wiki_names():
-        build(ws.wiki(name))
-    yield home
+    yield copy_built_examples(built_examples, tmp_path_factory.mktemp("app") / "ws")
 
 
 @pytest.fixture(autouse=True)

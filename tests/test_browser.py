@@ -21,9 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import Workspace, build
-
-from .conftest import free_port, wait_until_healthy
+from .conftest import copy_built_examples, free_port, wait_until_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -39,15 +37,9 @@ if not Path(CHROMIUM).exists():
 
 
 @pytest.fixture(scope="module")
-def app_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def app_home(built_examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A built copy of the bundled examples (the repository is never written)."""
-    home = tmp_path_factory.mktemp("browser") / "ws"
-    for part in ("wikis", "rags"):
-        shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns(".index"))
-    ws = Workspace(home)
-    for name in ws.wiki_names():
-        build(ws.wiki(name))
-    return home
+    return copy_built_examples(built_examples, tmp_path_factory.mktemp("browser") / "ws")
 
 
 @contextlib.contextmanager

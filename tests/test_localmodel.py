@@ -31,8 +31,13 @@ def test_a_local_answer_cites_a_passage_with_exact_offsets(built: Workspace, hom
 
 
 def test_a_prompt_too_long_for_the_model_is_retried_with_fewer_passages(home: Path, local_model) -> None:
-    filler = " ".join(f"Sourdough starter note {i} about feeding flour and water every day." for i in range(40))
-    make_wiki(home, "bread", {f"p{i}.md": f"# Page {i}\n\n{filler}\n" for i in range(30)})
+    # 30 passages do not fit the model's context; the 15 best are short pages, so the retry with half of them
+    # fits, and generates from a short prompt (when every page was long, the prompt that fitted took ~50 s)
+    filler = " ".join(f"Rye loaf note {i} about oven heat, crust colour and baking times." for i in range(50))
+    short = {f"s{i}.md": f"# Feeding {i}\n\nFeed a sourdough starter flour and water every day ({i}).\n"
+             for i in range(15)}
+    long = {f"p{i}.md": f"# Page {i}\n\nA sourdough starter is used. {filler}\n" for i in range(15)}
+    make_wiki(home, "bread", {**short, **long})
     ws = Workspace(home, recheck_seconds=0)
     build(ws.wiki("bread"))
     (home / "rags" / "bread.yaml").write_text("sensitivity: public\nwikis: [bread]\n")
