@@ -124,3 +124,21 @@ def _exact_count(text: str) -> int:
 )
 def test_tags_from_frontmatter_and_inline(text: str, wanted: list[str], expected: bool) -> None:
     assert tag_matches(parse_page(text).tags, wanted) is expected
+
+
+def test_a_section_too_short_to_stand_alone_joins_its_neighbour_and_is_still_found() -> None:
+    """"## Region / Hosted in region eu-north-1." is 39 characters, under min_chars (40): it used to be
+    dropped, and with it the only place that fact is written. It now joins the passage before it (or, at
+    the top of a page, the one after it); offsets stay exact."""
+    text = ("# Marble\n\nMarble is the analytics warehouse, a columnar SQL engine.\n\n## Region\n\n"
+            "Hosted in region eu-north-1.\n\n## Backups\n\nBackups run nightly at 04:00 UTC, kept 30 days.\n")
+    chunks = chunk_markdown(text, "p.md")
+    assert [c.heading for c in chunks] == ["Marble", "Marble > Backups"]
+    assert "eu-north-1" in chunks[0].text and chunks[0].text.endswith("eu-north-1.")
+    first = chunk_markdown("## Region\n\nHosted in eu-north-1.\n\n## Backups\n\nBackups run nightly, kept 30 days.\n",
+                           "q.md")
+    assert len(first) == 1 and first[0].start == 0 and first[0].heading == "Backups" and "eu-north-1" in first[0].text
+    for c in chunks + first:
+        source = text if c.path == "p.md" else "## Region\n\nHosted in eu-north-1.\n\n## Backups\n\nBackups run nightly, kept 30 days.\n"
+        assert source[c.start:c.end] == c.text
+    assert chunk_markdown("# Tiny\n\nToo short.\n", "t.md") == []  # a whole page that short: still no passage

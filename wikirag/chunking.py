@@ -39,7 +39,10 @@ from .passage import Chunk
 ENCODING_NAME = "cl100k_base"
 # the rules that cut a page into sections, part of every index's settings (a change re-chunks every page):
 # 2 = a heading with no text of its own opens the next section instead of being a passage
-SECTION_RULES = 2
+# 3 = a section shorter than ``min_chars`` joins the passage before it on its page (the one after it when
+#     it is the first), instead of being dropped: "## Region / Hosted in region eu-north-1." is 39 characters
+#     and the only place that fact is written; only a page whose whole text is that short has no passage
+SECTION_RULES = 3
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the same line breaks markdown-it counts
 MAX_BLOCKS = 100_000  # a build skips a file with more lines that may start a block (see the module docstring)
 _NL = r"(?:\r\n|\r(?!\n)|\n)"  # one line break: a CRLF is one, not a line break and a blank line
@@ -179,6 +182,7 @@ def chunk_markdown(text: str, path: str, max_tokens: int = 512, min_chars: int =
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
     chunks: list[Chunk] = []
     chunker = _chunker(max_tokens)
+    held: tuple[int, int, str] | None = None  # (start, end, heading) of short passages before any other
     for sec_start, sec_end, heading in _sections(text, page.body_start):
         spans: list[tuple[int, int]]
         section = text[sec_start:sec_end]
@@ -190,8 +194,23 @@ def chunk_markdown(text: str, path: str, max_tokens: int = 512, min_chars: int =
             spans = [(sec_start + s, sec_start + e) for s, e in offsets]
         for raw_start, raw_end in spans:
             start, end = _trimmed(text, raw_start, raw_end)
-            if end - start < max(min_chars, 1):
+            if end <= start:
                 continue
+            if end - start < max(min_chars, 1):  # too short to stand alone: a whole section joins a neighbour
+                if len(spans) > 1:  # (rule 3); a short piece of a long section is dropped, keeping max_tokens
+                    continue
+                if chunks:
+                    before = chunks[-1]
+                    chunks[-1] = Chunk(path, before.start, end, before.line, before.heading, text[before.start:end])
+                else:  # they open the next one
+                    held = (start if held is None else held[0], end, heading if held is None else held[2])
+                    if held[1] - held[0] >= max(min_chars, 1):  # short parts that are long enough together
+                        line = bisect.bisect_right(line_starts, held[0])
+                        chunks.append(Chunk(path, held[0], end, line, held[2], text[held[0]:end]))
+                        held = None
+                continue
+            if held is not None:
+                start, held = held[0], None
             line = bisect.bisect_right(line_starts, start)
             chunks.append(Chunk(path, start, end, line, heading, text[start:end]))
     return chunks
