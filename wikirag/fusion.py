@@ -31,10 +31,11 @@ from .errors import QueryError
 from .passage import Contribution
 
 RRF_K = 60
-# weight of a list in RRF by its layer: the graph layer's list (passages linked from the top hits, ranked
-# without looking at the question) counts 0.15, so that being linked promotes a passage that also
-# matches the question, but a weak match that happens to be linked does not beat the best direct one
-LAYER_WEIGHTS = {"graph": 0.15}
+# weight of a list in RRF by its layer (1 when not named). The graph layer's list counts as much as the
+# others since it ranks the linked passages by the question too (retrieval._graph_rows); when it ranked
+# them by link traffic alone it counted 0.15, so that a weak match that happened to be linked would not
+# beat the best direct one (README "Graph layer" has the figures of both)
+LAYER_WEIGHTS = {"graph": 1.0}
 _SHIFT = 40  # (wiki, chunk) packed into one int64 key: chunk ids below 2**40
 
 

@@ -42,6 +42,7 @@ GRAPH_VERSION = 1
 RESTART = 0.5        # personalized PageRank: probability of jumping back to the seeds at each step
 ITERATIONS = 30      # power iterations (converged to < 1e-6 on the example and benchmark graphs)
 SIBLING_WEIGHT = 0.5  # a passage's edge to its own page, relative to one link
+ANCHOR_PAGE = 1.0     # an ``#anchor`` link's edge to the whole page, beside those to its section
 TAG_WEIGHT = 0.5      # a page's edge to each of its tags (``tags: true``), relative to one link
 
 
@@ -200,6 +201,9 @@ class ComposedGraph:
                     if link.anchor and target.section(to, link.anchor) != target.chunks_of[target.page_id[to]]:
                         for i in target.section(to, link.anchor):
                             add(base + source, int(offsets[target_w]) + i, 1.0, (w, path, link))
+                        if ANCHOR_PAGE:  # the link names a section; the question may be on another one
+                            add(base + source, int(self.page_base[target_w]) + target.page_id[to], ANCHOR_PAGE,
+                                (w, path, link))
                     else:
                         add(base + source, int(self.page_base[target_w]) + target.page_id[to], 1.0, (w, path, link))
             if tags[w]:
