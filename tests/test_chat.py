@@ -4,6 +4,7 @@ renamed, exported and deleted, feedback is recorded, and questions about the kno
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from wikirag import Workspace, feedback
@@ -87,3 +88,43 @@ def test_a_question_about_the_knowledge_base_lists_only_what_the_user_may_see(ap
     assert "Coffee brewing" in text and "wikirag user guide" in text and "[1]" in text
     shown = _text(at)
     assert "engineering-handbook" not in shown and "security-runbooks" not in shown
+
+
+def _citations(message) -> dict[int, str]:
+    """The citations shown under an answer: their popovers' labels "[n] wiki/path:line", by n."""
+    labels = [b.proto.popover.label for row in message.children.values() if row.type == "flex_container"
+              for column in row.children.values() if column.type == "column"
+              for b in column.children.values() if b.type == "popover"]
+    return {int(n): where for n, where in (re.fullmatch(r"\[(\d+)\] (\S+)", label).groups() for label in labels)}
+
+
+def test_a_citation_reached_over_a_link_says_which_link_under_the_citations(app_home: Path) -> None:
+    user = INTERNAL_USER.__class__("chat-via", INTERNAL_USER.clearance)
+    at = _app(app_home, user, "pages/chat.py")
+    at.selectbox[0].select("systems").run()  # northwind-systems has the graph layer
+    assert at.text_input[0].value == "extractive"
+    _ask(at, "When does the backup of the Falcon database run?")
+    message = at.chat_message[1]
+    answer = message.markdown[0].value
+    assert "02:30 UTC" in answer
+    cited = _citations(message)
+    in_answer = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
+    # the captions right under the citations (not those inside a popover or the passages' expander)
+    under = [c.value for c in message.children.values() if c.type == "caption" and "Reached through" in c.value]
+    hops = [m.groups() for m in (re.fullmatch(r"\[(\d+)\] Reached through `([^`]+)` on (\S+):(\d+) → (\S+)", c)
+                                 for c in under) if m]
+    assert len(hops) == len(under), under  # each one is "[n] Reached through `link` on wiki/path:line → wiki/path"
+    falcon = [(int(n), link, int(line)) for n, link, source, line, target in hops
+              if source == "northwind-systems/projects/falcon.md" and target == "northwind-systems/services/cobalt-db.md"]
+    assert falcon, under
+    n, link, line = falcon[0]
+    assert link.startswith("[[cobalt-db")  # the link as written on Falcon's page, at the line it names
+    page = (app_home / "wikis" / "northwind-systems" / "projects" / "falcon.md").read_text(encoding="utf-8")
+    assert link in page.splitlines()[line - 1]
+    assert n in in_answer and n in cited and cited[n].startswith("northwind-systems/services/cobalt-db.md:"), (n, cited)
+    # a question answered directly on its page, in the same graph composition: no hop is shown anywhere
+    at.sidebar.button(key="conv-new").click().run()
+    _ask(at, "How many connections per client pool does Cobalt DB allow?")
+    direct = at.chat_message[1]
+    assert "400 connections" in direct.markdown[0].value and _citations(direct)
+    assert "Reached through" not in _text(at)

@@ -301,3 +301,46 @@ def test_an_answer_shows_the_hop_and_cites_the_link_it_followed(tmp_path: Path) 
     direct = answer(ws, "cat", "When do backups of the Cobalt database run?", clearance="internal",
                     model="extractive").result
     assert "→" not in direct.text and "02:30 UTC" in direct.text
+
+
+def test_a_page_the_question_finds_directly_is_no_hop_from_a_lower_page_linking_to_it(tmp_path: Path) -> None:
+    """Falcon's page links to Cobalt's. Asked about Falcon, Cobalt's Backups is reached over that link (via);
+    asked about Cobalt itself, Cobalt's passages rank above Falcon's, and none is labelled as reached
+    through Falcon's link although the graph list still holds them."""
+    ws = _catalogue(tmp_path)
+    direct = search(ws, "cat", "Is Cobalt the shared PostgreSQL cluster with nightly backups?", clearance="internal")
+    assert direct.passages[0].path == "services/cobalt.md"
+    cobalt = [p for p in direct.passages if p.path == "services/cobalt.md"]
+    assert cobalt and all(p.via == () for p in cobalt)
+    assert any(x.layer == "graph" for p in cobalt for x in p.contributions)  # reached, but not through a hop
+    assert not direct.linking
+    hop = search(ws, "cat", QUESTION, clearance="internal")
+    assert [h.path for h in hop.passages[0].via] == ["projects/falcon.md"]
+
+
+def test_the_linked_page_gives_the_section_that_answers_not_the_one_it_starts_with(tmp_path: Path) -> None:
+    """A page link gives every passage of the page the same link traffic; the question chooses among them.
+    Egret links to Tufa's page (not a section); Tufa's Limits answers, and says neither "Egret" nor the
+    question's "largest"; two other services have Limits sections that Egret does not link to."""
+    files = {"projects/egret.md": "# Project Egret\n\nEgret is the buying team's catalogue tool. Product photos "
+                                  "are resized by [[tufa|Tufa]] before they go live.\n"}
+    for name in ("slate", "basalt"):
+        files[f"services/{name}.md"] = (f"# {name.title()}\n\n{name.title()} stores other things.\n\n## Limits\n\n"
+                                        f"Objects up to 5 GB per upload; photo exports are split above that.\n")
+    files["services/tufa.md"] = ("# Tufa Images\n\nTufa resizes and crops pictures for the shop.\n\n## Backups\n\n"
+                                 "Originals are copied nightly to object storage.\n\n## On-call\n\n"
+                                 "Owned by the Edge team in business hours.\n\n## Limits\n\n"
+                                 "Source images up to 40 MB; larger uploads are refused.\n")
+    make_wiki(tmp_path, "catalogue", files, sensitivity="internal", extra="layers: {graph: {}}\n")
+    (tmp_path / "rags").mkdir(exist_ok=True)
+    (tmp_path / "rags" / "cat.yaml").write_text("sensitivity: internal\nwikis: [catalogue]\n")
+    ws = Workspace(tmp_path, recheck_seconds=0)
+    build(ws.wiki("catalogue"))
+    question = "What is the largest product photo that Egret can upload?"
+    found = search(ws, "cat", question, clearance="internal", k=3, layers=("bm25", "graph"))
+    tufa = [p.heading for p in found.passages if p.path == "services/tufa.md"]
+    assert tufa[:1] == ["Tufa Images > Limits"], [(p.path, p.heading) for p in found.passages]
+    limits = next(p for p in found.passages if p.heading == "Tufa Images > Limits")
+    assert [h.path for h in limits.via] == ["projects/egret.md"]
+    # first in the graph layer's own list (by link traffic alone it was 4th, after the page's other sections)
+    assert [(x.layer, x.rank) for x in limits.contributions if x.layer == "graph"] == [("graph", 1)]

@@ -381,7 +381,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
             node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
-            route = graph.route([s for s, _ in seeds], node)
+            route = graph.route(_reached_from(graph, seeds, node), node)
             via = tuple(hop for hop, _ in route)
             for _, source in route:
                 w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
@@ -558,6 +558,15 @@ def _seeds(view: Composed, first: list[Fused], specs: list, count: int) -> list[
         if specs[w] is not None:
             seeds.append((int(view.bm25.offsets[w]) + hit.id, 1.0 / rank))
     return seeds
+
+
+def _reached_from(graph: ComposedGraph, seeds: list[tuple[int, float]], node: int) -> list[int]:
+    """The seeds a passage can have been reached from over links: those ranked above the best seed on its
+    own page (all of them when its page has none). A passage of a page the question finds directly ("In
+    which region is Cobalt DB hosted?") is no hop from a page below it that links there."""
+    page = graph.page_node[node]
+    mine = next((i for i, (s, _) in enumerate(seeds) if graph.page_node[s] == page), len(seeds))
+    return [s for s, _ in seeds[:mine]]
 
 
 def _question_match(c: Candidates, view: Composed) -> np.ndarray:
