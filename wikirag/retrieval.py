@@ -381,7 +381,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
             node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
-            route = graph.route(_reached_from(graph, seeds, node), node)
+            route = graph.route(_reached_from(view, graph, seeds, node, set(tokens)), node)
             via = tuple(hop for hop, _ in route)
             for _, source in route:
                 w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
@@ -560,13 +560,23 @@ def _seeds(view: Composed, first: list[Fused], specs: list, count: int) -> list[
     return seeds
 
 
-def _reached_from(graph: ComposedGraph, seeds: list[tuple[int, float]], node: int) -> list[int]:
-    """The seeds a passage can have been reached from over links: those ranked above the best seed on its
-    own page (all of them when its page has none). A passage of a page the question finds directly ("In
-    which region is Cobalt DB hosted?") is no hop from a page below it that links there."""
-    page = graph.page_node[node]
-    mine = next((i for i, (s, _) in enumerate(seeds) if graph.page_node[s] == page), len(seeds))
-    return [s for s, _ in seeds[:mine]]
+def _reached_from(view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], node: int,
+                  asked: set[str]) -> list[int]:
+    """The seeds a passage counts as reached from over links (its ``via``): those that hold a term of the
+    question that the passage's page has not ("Falcon", asking for the backup of Falcon's database, answered on
+    Cobalt's page). A passage whose page has every term a linking seed shares with the question ("In which
+    region is Cobalt DB hosted?", and Marble Warehouse's page links to Cobalt's) is found for itself,
+    not through the link; the offline answer states a hop by the same rule (extractive._hop_sentences)."""
+    def terms(n: int, page: bool = False) -> set[str]:
+        w = int(np.searchsorted(view.bm25.offsets, n, side="right") - 1)
+        chunks = view.chunks[view.names[w]]
+        c = chunks[n - int(view.bm25.offsets[w])]
+        g = graph.graphs[w]
+        ids = g.chunks_of[g.page_id[c.path]] if page else [n - int(view.bm25.offsets[w])]
+        texts = [chunks[i].heading + " " + chunks[i].text for i in ids]
+        return set(tokenize([" ".join(texts)])[0]) & asked
+    own = terms(node, page=True)
+    return [s for s, _ in seeds if terms(s) - own]
 
 
 def _question_match(c: Candidates, view: Composed) -> np.ndarray:
