@@ -17,7 +17,7 @@ from wikirag.cli import cli
 from wikirag.graph import ComposedGraph
 from wikirag.links import Link, PageIndex, parse_links
 
-from .conftest import make_wiki
+from .conftest import copy_built_examples, make_wiki
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -344,3 +344,25 @@ def test_the_linked_page_gives_the_section_that_answers_not_the_one_it_starts_wi
     assert [h.path for h in limits.via] == ["projects/egret.md"]
     # first in the graph layer's own list (by link traffic alone it was 4th, after the page's other sections)
     assert [(x.layer, x.rank) for x in limits.contributions if x.layer == "graph"] == [("graph", 1)]
+
+
+def test_the_offline_answer_reads_a_linked_sentence_after_the_link_that_leads_to_it(
+        built_examples: Path, tmp_path: Path) -> None:
+    """Two questions of bench/multihop_hard.jsonl over the bundled catalogue. Each describes Falcon's page
+    ("the store holding its sessions and rendered fragments") and asks for a limit only the page it links
+    to has. By itself, the sentence holding the link matches such a question best (the answer led with
+    it); read after that link, the linked page's sentence does better, and the answer states the hop,
+    then the limit, citing both pages."""
+    from wikirag.answers import answer
+
+    ws = Workspace(copy_built_examples(built_examples, tmp_path / "ws"))
+    for question, page, fact in [
+            ("What is the biggest value Falcon can put into the store holding its sessions and rendered fragments "
+             "before it is turned away?", "services/quartz-cache.md", "Values larger than 1 MB are rejected."),
+            ("After how many seconds does the entry point that every Falcon browser request passes through give up "
+             "waiting on the backend?", "services/jasper-gateway.md", "29 seconds")]:
+        result = answer(ws, "systems", question, clearance="internal", model="extractive").result
+        assert result.text.startswith("Project Falcon → "), result.text
+        assert fact in result.text.split(" says: ", 1)[1].split("\n")[0], result.text  # the fact leads, after the hop
+        cited = {c.passage.path for c in result.citations}
+        assert {"projects/falcon.md", page} <= cited

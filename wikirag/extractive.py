@@ -56,6 +56,14 @@ _PROHIBITION = re.compile(r"\W*(?:don't|do not|never|avoid)\b", re.IGNORECASE)
 # a follow-up's carried topic words (wikirag.followup) weigh this share of a term of its own in the coverage
 W_TOPIC = 0.5
 W_HEADING = 0.5  # a question term in the heading path or lead, not the sentence, counts at this weight (0.25–1 tried)
+# A sentence of a passage reached over links is read as the end of a chain: after the sentences holding
+# those links (its bridges, "Rendered fragments and session data sit in [Quartz]…" before "Values larger
+# than 1 MB are rejected."). A question term in a bridge counts in full (W_BRIDGE), the sentence is
+# embedded after them, its passage cosine is the best of its own and its bridges' passages', and a chain
+# covering CHAIN_COVERAGE of the question is no refusal whatever its cosine: the multi-hop question
+# describes the page it starts from, so its cosine with the answer's sentence alone is low. Measured on
+# bench/multihop_hard.jsonl (README "Graph layer"); the single-hop answers are unchanged
+W_BRIDGE, CHAIN_COVERAGE = 1.0, 0.7
 _UNIT = r"(?:second|sec|minute|min|hour|hr|day|week|month|year|quarter)s?"
 
 
@@ -217,6 +225,7 @@ class Scored:
     cosine: float
     score: float
     passage_cosine: float = 0.0
+    chained: bool = False  # read after its bridges (W_BRIDGE): its cosine is the chain's
 
 
 def _context(s: Sentence, passage: Passage) -> str:
@@ -251,17 +260,18 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     if not wanted or not pool:
         return []
     terms = [set(tokens) & wanted for tokens in tokenize([_URL.sub(" ", s.text) for s, _ in pool])]
-    # a passage reached over links is read under its heading and under the passages holding those links
-    # (what the question names, "Egret", is on the page that links to the answer, not on the answer's)
-    context = [" ".join([p.heading, *(passages[i - 1].heading + " " + passages[i - 1].text
-                                      for i in _hop_sources(passages, p))]) for p in passages]
-    headed = [set(tokens) & wanted for tokens in tokenize(context)]
+    headed = [set(tokens) & wanted for tokens in tokenize([p.heading for p in passages])]
+    # a passage reached over links is read after the sentences holding them (what the question names,
+    # "Egret", is on the page that links to the answer, not on the answer's): W_BRIDGE
+    bridges = [" ".join(s.text for s in _bridges(passages, p)) for p in passages]
+    bridged = [set(tokens) & wanted for tokens in tokenize(bridges)]
     led = [set(tokens) & wanted for tokens in tokenize([s.lead for s, _ in pool])]
     df = Counter(t for ts in terms for t in ts)
     weight = dict(zip(wanted, idf(np.array([df.get(t, 0) for t in wanted], dtype=np.float64), len(pool)).tolist()))
     weight = {t: w if t in own else W_TOPIC * w for t, w in weight.items()}
     total = sum(weight.values())
-    coverage = [(sum(weight[t] for t in ts) + W_HEADING * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)) / total
+    coverage = [(sum(weight[t] for t in ts) + W_HEADING * sum(weight[t] for t in (headed[s.n - 1] | lead) - ts)
+                 + W_BRIDGE * sum(weight[t] for t in bridged[s.n - 1] - ts - headed[s.n - 1] - lead)) / total
                 for (s, _), ts, lead in zip(pool, terms, led)]
     if _QUANTITY_QUESTION.search(question):  # "how long/many/often …", "when", "what time": a number answers
         coverage = [c + W_NUMBER * bool(_NUMBER.search(s.text)) for c, (s, _) in zip(coverage, pool)]
@@ -270,8 +280,10 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
             coverage = [c + W_TYPE * bool(holds.search(s.text)) for c, (s, _) in zip(coverage, pool)]
     prior = [coverage[i] + W_RANK / pool[i][0].n for i in range(len(pool))]
     chosen = sorted(range(len(pool)), key=lambda i: (-prior[i], i))[:CANDIDATES]
-    cosine = similarity(question, [_context(*pool[i]) for i in chosen]) if similarity is not None else None
-    near = [_passage_cosine(p) for p in passages]
+    texts = [" ".join(filter(None, [bridges[pool[i][0].n - 1], _context(*pool[i])])) for i in chosen]
+    cosine = similarity(question, texts) if similarity is not None else None
+    own_near = [_passage_cosine(p) for p in passages]
+    near = [max([own_near[i]] + [own_near[n - 1] for n in _hop_sources(passages, p)]) for i, p in enumerate(passages)]
     how_to = bool(_HOW_TO.search(question))
     out = []
     for j, i in enumerate(chosen):
@@ -280,7 +292,7 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
         score = W_COSINE * cos + W_COVERAGE * coverage[i] + W_PASSAGE * near[n - 1] + W_RANK / n
         if how_to and _PROHIBITION.match(pool[i][0].text):
             score -= W_PROHIBITION
-        out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1]))
+        out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1], bool(bridges[n - 1])))
     return sorted(out, key=lambda c: (-c.score, c.sentence.n, c.sentence.start))
 
 
@@ -296,9 +308,10 @@ def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequen
     measurement (module constants, README "Answers"); without a model, coverage alone decides."""
     if not semantic:
         return ranked[0].coverage >= MIN_COVERAGE
-    near = max(c.cosine for c in ranked)
-    if near < MIN_COSINE:
+    if max(c.cosine for c in ranked) < MIN_COSINE:
         return False
+    # a word no wiki has: a chain's cosine has its bridges' words too, so only sentences read alone count
+    near = max((c.cosine for c in ranked if not c.chained), default=0.0)
     unknown = set(unknown)
     if unknown:
         vocabulary = embeddings.vocabulary()
@@ -329,6 +342,19 @@ def _hop_sources(passages: Sequence[Passage], p: Passage) -> list[int]:
     return out
 
 
+def _bridges(passages: Sequence[Passage], p: Passage) -> list[Sentence]:
+    """The sentences holding the links ``p`` was reached through, in the order followed; empty unless every
+    one is found among ``passages``."""
+    out = []
+    for hop, n in zip(p.via, _hop_sources(passages, p)):
+        q = passages[n - 1]
+        found = next((s for s in sentences(n, q) if hop.link in q.text[s.start - q.start:s.end - q.start]), None)
+        if found is None:
+            return []
+        out.append(found)
+    return out
+
+
 def _hop_sentences(question: str, passages: Sequence[Passage], best: Sentence) -> list[Sentence]:
     """The sentences holding the links that lead to ``best``'s passage, in the order followed, when the
     answer needs them: the question names something the page the links start from has and the answer's
@@ -343,14 +369,7 @@ def _hop_sentences(question: str, passages: Sequence[Passage], best: Sentence) -
     named = own & set(tokenize([start.heading + " " + start.text])[0])
     if not named - set(tokenize([target.heading + " " + target.text])[0]):
         return []
-    out = []
-    for hop, n in zip(target.via, sources):
-        p = passages[n - 1]
-        found = next((s for s in sentences(n, p) if hop.link in p.text[s.start - p.start:s.end - p.start]), None)
-        if found is None:
-            return []
-        out.append(found)
-    return out
+    return _bridges(passages, target)
 
 
 def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
@@ -361,7 +380,8 @@ def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
     :data:`~wikirag.prompt.NO_ANSWER` when no sentence answers (:func:`answers`). ``topic``: see :func:`rank`."""
     ranked = rank(question, passages, similarity, topic)
     semantic = bool(ranked) and similarity is not None and any(c.cosine for c in ranked)
-    if not ranked or not answers(question, ranked, semantic, unknown):
+    chain = bool(ranked) and ranked[0].coverage >= CHAIN_COVERAGE and bool(_bridges(passages, passages[ranked[0].sentence.n - 1]))
+    if not ranked or not (chain or answers(question, ranked, semantic, unknown)):
         return NO_ANSWER, []
     best = ranked[0]
     support = [c.sentence for c in ranked[1:]
