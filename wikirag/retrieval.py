@@ -371,6 +371,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     else:
         seeds = []
     passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
+    reached_from = None
     if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
         fused = method.fuse(candidates, max(k, RERANK_DEPTH))
         fused = (_rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:])[:k]
@@ -381,7 +382,8 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
             node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
-            route = graph.route(_reached_from(view, graph, seeds, node, set(tokens)), node)
+            reached_from = reached_from or _ReachedFrom(view, graph, seeds, cols)
+            route = graph.route(reached_from(node), node)
             via = tuple(hop for hop, _ in route)
             for _, source in route:
                 w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
@@ -560,23 +562,40 @@ def _seeds(view: Composed, first: list[Fused], specs: list, count: int) -> list[
     return seeds
 
 
-def _reached_from(view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], node: int,
-                  asked: set[str]) -> list[int]:
+class _ReachedFrom:
     """The seeds a passage counts as reached from over links (its ``via``): those that hold a term of the
-    question that the passage's page has not ("Falcon", asking for the backup of Falcon's database, answered on
-    Cobalt's page). A passage whose page has every term a linking seed shares with the question ("In which
-    region is Cobalt DB hosted?", and Marble Warehouse's page links to Cobalt's) is found for itself,
-    not through the link; the offline answer states a hop by the same rule (extractive._hop_sentences)."""
-    def terms(n: int, page: bool = False) -> set[str]:
-        w = int(np.searchsorted(view.bm25.offsets, n, side="right") - 1)
-        chunks = view.chunks[view.names[w]]
-        c = chunks[n - int(view.bm25.offsets[w])]
-        g = graph.graphs[w]
-        ids = g.chunks_of[g.page_id[c.path]] if page else [n - int(view.bm25.offsets[w])]
-        texts = [chunks[i].heading + " " + chunks[i].text for i in ids]
-        return set(tokenize([" ".join(texts)])[0]) & asked
-    own = terms(node, page=True)
-    return [s for s, _ in seeds if terms(s) - own]
+    question that the passage's page has not ("Falcon", asking for the backup of Falcon's database, answered
+    on Cobalt's page). A passage whose page has every term a linking seed shares with the question ("In
+    which region is Cobalt DB hosted?", and Marble Warehouse's page links to Cobalt's) is found for itself,
+    not through the link; the offline answer states a hop by the same rule (extractive._hop_sentences).
+    Which passage holds which term is read from the BM25 postings (sorted doc ids: a binary search per
+    passage and term), nothing is tokenized again."""
+
+    def __init__(self, view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], cols: list[int]):
+        self.bm25, self.graph = view.bm25, graph
+        self.cols = sorted(set(cols))
+        self.seeds = [s for s, _ in seeds]
+        self.seed_terms = self._holds(np.array(self.seeds, dtype=np.int64))
+        self.pages: dict[int, np.ndarray] = {}
+
+    def _holds(self, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), len(cols)) booleans: does the passage hold the term."""
+        out = np.zeros((len(nodes), len(self.cols)), dtype=bool)
+        for j, col in enumerate(self.cols):
+            postings = self.bm25.indices[self.bm25.indptr[col]:self.bm25.indptr[col + 1]]
+            at = np.searchsorted(postings, nodes)
+            out[:, j] = postings[np.minimum(at, len(postings) - 1)] == nodes if len(postings) else False
+        return out
+
+    def __call__(self, node: int) -> list[int]:
+        page = int(self.graph.page_node[node])
+        if page not in self.pages:
+            w = int(np.searchsorted(self.bm25.offsets, node, side="right") - 1)
+            g = self.graph.graphs[w]
+            ids = np.asarray(g.chunks_of[int(g.page_of_chunk[node - int(self.bm25.offsets[w])])], dtype=np.int64)
+            self.pages[page] = self._holds(ids + int(self.bm25.offsets[w])).any(axis=0)
+        own = self.pages[page]
+        return [s for s, terms in zip(self.seeds, self.seed_terms) if (terms & ~own).any()]
 
 
 def _question_match(c: Candidates, view: Composed) -> np.ndarray:
