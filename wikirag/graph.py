@@ -12,13 +12,13 @@ it links to and to its own page; a page points to its passages; with ``tags: tru
 through their shared tags. The fused top ``seeds`` hits of a query seed a personalized PageRank over
 the graph of the composition's wikis (restart probability :data:`RESTART`, seed ``i`` weighted
 ``1/i``). Each passage then scores by the walk's traffic that arrives at it over links from other
-pages (:meth:`ComposedGraph.link_inflow`: restarts and moves within a page do not count), and the
-best of them give each wiki one more ranked list — the ``graph`` layer — for the same fusion as its
-BM25 and dense lists. Within a wiki that fusion is RRF with the graph list weighted
-:data:`~wikirag.fusion.LAYER_WEIGHTS` (0.15): a passage that links lead to *and* that matches the
-question rises above the direct hits, a passage that only links lead to stays below them. (Scoring by
-PageRank mass instead, leaving out the seeds' own pages, or weighting by the passage's BM25 match all
-measured worse on the multi-hop check: see the README.) Cross-wiki links (``[[other-wiki:page]]``)
+pages (:meth:`ComposedGraph.link_inflow`: restarts and moves within a page do not count); among the
+passages it reaches, the question chooses (:func:`wikirag.retrieval._graph_rows`: traffic rank and
+match rank fused), and the best of them give each wiki one more ranked list — the ``graph`` layer — for
+the same fusion as its BM25 and dense lists, at the same weight. An ``#anchor`` link leads to its
+section's passages and, at :data:`ANCHOR_PAGE`, to its whole page. (Scoring by PageRank mass instead,
+leaving out the seeds, or the traffic times the match all measured worse on the multi-hop check: see
+the README.) Cross-wiki links (``[[other-wiki:page]]``)
 are followed only into wikis of the same composition, which all sit within the caller's clearance;
 any other target is a dead end.
 """
