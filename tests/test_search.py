@@ -237,6 +237,13 @@ def test_a_tie_at_the_cut_keeps_the_lower_chunk_ids(home: Path, fusion: str) -> 
         assert [c.rank for p in mine for c in p.contributions] == list(range(1, len(mine) + 1))
 
 
+def _lines_if_there(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+
+
 def test_every_search_is_in_the_audit_log_when_it_returns(built: Workspace, home: Path, monkeypatch) -> None:
     log = home / ".audit" / "audit.jsonl"
     monkeypatch.setattr(audit, "MAX_BYTES", 4000)  # rotate often: old files keep the older records
@@ -248,8 +255,9 @@ def test_every_search_is_in_the_audit_log_when_it_returns(built: Workspace, home
                 search(built, "team", f"compost {i}", clearance="internal", user=user)
                 # written before search returned: in the log, or in a backup if other threads rotated it since
                 # (read newest first: a rotation while reading moves records towards the older files)
+                # (a file renamed away between the listing and the read is skipped: its records moved to the next)
                 seen = [json.loads(line) for f in [log] + [log.with_name(f"audit.jsonl.{n}") for n in range(1, audit.BACKUPS + 1)]
-                        if f.exists() for line in f.read_text(encoding="utf-8").splitlines()]
+                        for line in _lines_if_there(f)]
                 assert any(e["user"] == user and e["question_sha256"] == audit.question_hash(f"compost {i}")
                            for e in seen)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
