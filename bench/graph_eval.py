@@ -197,7 +197,8 @@ def main() -> None:
             print(f"| {name} | {r['passage_recall@5']:.3f} | {r['passage_recall@10']:.3f} | {r['page_ndcg@10']:.3f} | "
                   f"{r['page_recall@10']:.3f} | {r['ms_p50']} / {r['ms_p95']} | {kinds} |")
         a = out[set_name]["answers"]
-        print(f"offline answers: right {a['right']} ({a['right_share']:.0%}), fact {a['fact']}, hop stated {a['hop_stated']}\n")
+        print(f"offline answers: right {a['right']} ({a['right_share']:.0%}), fact {a['fact']}, "
+              f"hop stated {a['hop_stated']}\n")
     print("overhead on a 1,000-page wiki:", json.dumps(out["overhead"]))
 
 

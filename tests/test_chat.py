@@ -114,8 +114,8 @@ def test_a_citation_reached_over_a_link_says_which_link_under_the_citations(app_
     hops = [m.groups() for m in (re.fullmatch(r"\[(\d+)\] Reached through `([^`]+)` on (\S+):(\d+) → (\S+)", c)
                                  for c in under) if m]
     assert len(hops) == len(under), under  # each one is "[n] Reached through `link` on wiki/path:line → wiki/path"
-    falcon = [(int(n), link, int(line)) for n, link, source, line, target in hops
-              if source == "northwind-systems/projects/falcon.md" and target == "northwind-systems/services/cobalt-db.md"]
+    hop = ("northwind-systems/projects/falcon.md", "northwind-systems/services/cobalt-db.md")
+    falcon = [(int(n), link, int(line)) for n, link, source, line, target in hops if (source, target) == hop]
     assert falcon, under
     n, link, line = falcon[0]
     assert link.startswith("[[cobalt-db")  # the link as written on Falcon's page, at the line it names

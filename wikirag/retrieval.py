@@ -598,14 +598,21 @@ class _ReachedFrom:
         return [s for s, terms in zip(self.seeds, self.seed_terms) if (terms & ~own).any()]
 
 
-def _question_match(c: Candidates, view: Composed) -> np.ndarray:
-    """Per passage node (the merged order): how well the passage matches the question by the query's own
-    lists so far — the sum of ``1 / (RRF_K + rank)`` over its BM25 and dense ranks, 0 in neither list
-    (those lists are ``GRAPH_WINDOW`` deep per wiki: a passage below that in both is no match to speak of)."""
-    out = np.zeros(int(view.bm25.offsets[-1]))
-    if len(c.wiki):
-        np.add.at(out, view.bm25.offsets[c.wiki] + c.chunk, 1.0 / (fusion_mod.RRF_K + c.rank))
-    return out
+def _question_match(c: Candidates, view: Composed) -> tuple[np.ndarray, np.ndarray]:
+    """How well passages match the question by the query's own lists so far: (passage nodes in the merged
+    order, sorted; for each the sum of ``1 / (RRF_K + rank)`` over its BM25 and dense ranks). A passage in
+    neither list scores 0 (the lists are ``GRAPH_WINDOW`` deep per wiki: below that in both is no match
+    to speak of). Sparse: a million-passage composition costs what its lists hold."""
+    nodes, inverse = np.unique(view.bm25.offsets[c.wiki] + c.chunk, return_inverse=True)
+    return nodes, np.bincount(inverse, weights=1.0 / (fusion_mod.RRF_K + c.rank), minlength=len(nodes))
+
+
+def _match_of(match: tuple[np.ndarray, np.ndarray], nodes: np.ndarray) -> np.ndarray:
+    known, values = match
+    if not len(known):
+        return np.zeros(len(nodes))
+    at = np.minimum(np.searchsorted(known, nodes), len(known) - 1)
+    return np.where(known[at] == nodes, values[at], 0.0)
 
 
 def _order_ranks(values: np.ndarray) -> np.ndarray:
@@ -615,7 +622,8 @@ def _order_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: list, match: np.ndarray) -> tuple:
+def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: list,
+                match: tuple[np.ndarray, np.ndarray]) -> tuple:
     """The graph layer's ranked list per wiki: the passages that links lead to from the seeds, chosen by the
     question. Every passage the walk reaches over links (:meth:`ComposedGraph.link_inflow`) is ranked twice
     among them — by that traffic (the prior: how strongly the top hits' links point at it) and by
@@ -628,7 +636,7 @@ def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: lis
     nodes = np.array([s for s, _ in seeds], dtype=np.int64)
     score = graph.link_inflow(graph.pagerank(nodes, np.array([wt for _, wt in seeds])))
     reached = np.flatnonzero(score > 1e-12)
-    m = match[reached]
+    m = _match_of(match, reached)
     by_match = np.where(m > 0, 1.0 / (fusion_mod.RRF_K + _order_ranks(m)), 0.0)
     score = score.copy()
     score[reached] = 1.0 / (fusion_mod.RRF_K + _order_ranks(np.round(score[reached], 12))) + by_match
