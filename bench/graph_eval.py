@@ -158,15 +158,12 @@ def overhead(root: Path, queries: int = 300) -> dict:
             search(ws, "linked", text, clearance="public", k=10, layers=layers, audit_event=None)
             times[layers].append((time.perf_counter() - t) * 1000)
 
-    def pct(values: list[float], q: float) -> float:
-        return round(statistics.quantiles(values, n=100)[int(q) - 1], 2)
-
     return {"pages": 1000, "chunks": report.chunks, "build_seconds": round(build_seconds, 2),
             "llm_calls_at_index_time": 0 if not llm_imported else "litellm was imported!",
-            "bm25_p50_ms": pct(times[BASE], 50), "bm25_p95_ms": pct(times[BASE], 95),
-            "graph_p50_ms": pct(times[GRAPH], 50), "graph_p95_ms": pct(times[GRAPH], 95),
-            "overhead_p50_ms": round(pct(times[GRAPH], 50) - pct(times[BASE], 50), 2),
-            "overhead_p95_ms": round(pct(times[GRAPH], 95) - pct(times[BASE], 95), 2)}
+            "bm25_p50_ms": _pct(times[BASE], 50), "bm25_p95_ms": _pct(times[BASE], 95),
+            "graph_p50_ms": _pct(times[GRAPH], 50), "graph_p95_ms": _pct(times[GRAPH], 95),
+            "overhead_p50_ms": round(_pct(times[GRAPH], 50) - _pct(times[BASE], 50), 2),
+            "overhead_p95_ms": round(_pct(times[GRAPH], 95) - _pct(times[BASE], 95), 2)}
 
 
 def main() -> None:

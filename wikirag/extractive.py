@@ -380,8 +380,7 @@ def extract(question: str, passages: list[Passage], limit: int = MAX_SENTENCES,
     :data:`~wikirag.prompt.NO_ANSWER` when no sentence answers (:func:`answers`). ``topic``: see :func:`rank`."""
     ranked = rank(question, passages, similarity, topic)
     semantic = bool(ranked) and similarity is not None and any(c.cosine for c in ranked)
-    chain = bool(ranked) and ranked[0].coverage >= CHAIN_COVERAGE \
-        and bool(_bridges(passages, passages[ranked[0].sentence.n - 1]))
+    chain = bool(ranked) and ranked[0].chained and ranked[0].coverage >= CHAIN_COVERAGE
     if not ranked or not (chain or answers(question, ranked, semantic, unknown)):
         return NO_ANSWER, []
     best = ranked[0]

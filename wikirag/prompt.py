@@ -8,11 +8,9 @@ passage text never reaches, and the rules say that instructions inside passages 
 
 from __future__ import annotations
 
-import dataclasses
-
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .bm25 import tokenize
 from .passage import Passage
@@ -105,7 +103,7 @@ class Citation:
         and the links followed to reach it (``via``: empty unless the graph layer found it)."""
         p = self.passage
         return {"n": self.n, "wiki": p.wiki, "path": p.path, "start": p.start, "end": p.end, "line": p.line,
-                "heading": p.heading, "via": [dataclasses.asdict(h) for h in p.via]}
+                "heading": p.heading, "via": [asdict(h) for h in p.via]}
 
 
 @dataclass(frozen=True)

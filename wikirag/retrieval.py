@@ -567,7 +567,8 @@ class _ReachedFrom:
     question that the passage's page has not ("Falcon", asking for the backup of Falcon's database, answered
     on Cobalt's page). A passage whose page has every term a linking seed shares with the question ("In
     which region is Cobalt DB hosted?", and Marble Warehouse's page links to Cobalt's) is found for itself,
-    not through the link; the offline answer states a hop by the same rule (extractive._hop_sentences).
+    not through the link. (The offline answer states a hop by the like rule on the answer's passage rather
+    than its page: extractive._hop_sentences.)
     Which passage holds which term is read from the BM25 postings (sorted doc ids: a binary search per
     passage and term), nothing is tokenized again."""
 
@@ -582,9 +583,7 @@ class _ReachedFrom:
         """(len(nodes), len(cols)) booleans: does the passage hold the term."""
         out = np.zeros((len(nodes), len(self.cols)), dtype=bool)
         for j, col in enumerate(self.cols):
-            postings = self.bm25.indices[self.bm25.indptr[col]:self.bm25.indptr[col + 1]]
-            at = np.searchsorted(postings, nodes)
-            out[:, j] = postings[np.minimum(at, len(postings) - 1)] == nodes if len(postings) else False
+            out[:, j] = _find(self.bm25.indices[self.bm25.indptr[col]:self.bm25.indptr[col + 1]], nodes)[1]
         return out
 
     def __call__(self, node: int) -> list[int]:
@@ -607,12 +606,19 @@ def _question_match(c: Candidates, view: Composed) -> tuple[np.ndarray, np.ndarr
     return nodes, np.bincount(inverse, weights=1.0 / (fusion_mod.RRF_K + c.rank), minlength=len(nodes))
 
 
+def _find(keys: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``nodes`` is in the sorted ``keys``, and whether it is there at all."""
+    if not len(keys):
+        return np.zeros(len(nodes), dtype=np.int64), np.zeros(len(nodes), dtype=bool)
+    at = np.minimum(np.searchsorted(keys, nodes), len(keys) - 1)
+    return at, keys[at] == nodes
+
+
 def _match_of(match: tuple[np.ndarray, np.ndarray], nodes: np.ndarray) -> np.ndarray:
-    known, values = match
-    if not len(known):
-        return np.zeros(len(nodes))
-    at = np.minimum(np.searchsorted(known, nodes), len(known) - 1)
-    return np.where(known[at] == nodes, values[at], 0.0)
+    """:func:`_question_match`'s value of each of ``nodes`` (0 for a passage in neither list)."""
+    keys, values = match
+    at, found = _find(keys, nodes)
+    return np.where(found, values[at], 0.0) if len(keys) else np.zeros(len(nodes))
 
 
 def _order_ranks(values: np.ndarray) -> np.ndarray:
