@@ -17,10 +17,11 @@ from wikirag import Workspace, build, store
 from wikirag.bm25 import MergedBM25, tokenize
 from wikirag.cli import cli
 from wikirag.evaluate import ndcg_at_k, recall_at_k
-from wikirag.fusion import Candidates, dfs_prior, wiki_log_prior
+from wikirag import fusion
+from wikirag.fusion import Candidates, dfs, dfs_prior, routed, routing_offsets, wiki_log_prior
 from wikirag.retrieval import search
 
-from .conftest import FIXTURES, make_wiki
+from .conftest import FIXTURES, copy_built_examples, make_wiki
 from .lists import RankedList, candidates
 
 QUERIES = ["tomatoes sun water", "deploy production rollback", "compost", "keys rotation deploys", "zzz"]
@@ -93,6 +94,72 @@ def test_wiki_prior_is_size_neutral() -> None:
     np.testing.assert_allclose(small, big, atol=0.02)
 
 
+def test_routing_offsets_by_hand() -> None:
+    # the same statistics as the prior by hand above; the query's best BM25 score is 2.0
+    c = Candidates(**{**_candidates([[50, 0]], [1000, 1000], [1.0, 1.3]).__dict__, "top_score": 2.0})
+    prior = wiki_log_prior(c)
+    offsets = routing_offsets(c)
+    assert offsets[0] == 0.0  # the wiki the question belongs to is not moved
+    assert offsets[1] == pytest.approx(fusion.ROUTING_STRENGTH * 2.0 * (prior[1] - prior[0]))
+    assert offsets[1] < -0.3  # enough here to put a's weaker hit first
+    assert [f.wiki for f in dfs(c, 2)] == ["b", "a"]
+    fused = routed(c, 2)
+    assert [f.wiki for f in fused] == ["a", "b"]
+    assert fused[1].score == pytest.approx(1.3 + offsets[1])
+    assert fused[1].contributions[0].offset == pytest.approx(offsets[1])
+    # the offsets follow the query's score scale: the same question with scores twice as large
+    doubled = Candidates(**{**c.__dict__, "top_score": 4.0})
+    np.testing.assert_allclose(routing_offsets(doubled), 2 * offsets)
+
+
+def test_routing_degrades_to_dfs_when_the_wikis_are_alike() -> None:
+    """A question whose terms are as frequent in every wiki: equal weights, no offsets, dfs's ranking."""
+    c = Candidates(**{**_candidates([[10, 20], [3, 6]], [1000, 2000], [1.0, 1.5]).__dict__, "top_score": 1.5})
+    np.testing.assert_allclose(np.exp(wiki_log_prior(c)), [0.5, 0.5])
+    np.testing.assert_allclose(routing_offsets(c), [0.0, 0.0], atol=1e-12)
+    assert [(f.wiki, f.score) for f in routed(c, 2)] == [(f.wiki, f.score) for f in dfs(c, 2)]
+
+
+def test_routing_ranks_the_wiki_a_shared_word_belongs_to_first(built_examples: Path, tmp_path: Path) -> None:
+    """"severities" is in a security runbook ("Severity levels … are defined in the engineering handbook's
+    incident response page") and in the handbook's incident page; the question belongs to the handbook."""
+    ws = Workspace(copy_built_examples(built_examples, tmp_path / "ws"))
+    question = "How are severities defined?"
+    for layers in (("bm25",), ("bm25", "dense", "graph")):
+        plain = search(ws, "security", question, clearance="confidential", k=3, fusion="dfs", layers=layers)
+        assert (plain.passages[0].wiki, plain.passages[0].path) == ("security-runbooks", "leaked-api-key.md")
+        assert plain.routing == []  # dfs does not route
+        result = search(ws, "security", question, clearance="confidential", k=3, layers=layers)
+        assert (result.passages[0].wiki, result.passages[0].path) == ("engineering-handbook",
+                                                                      "operations/incident-response.md")
+        weights = {r.wiki: r for r in result.routing}
+        assert weights["engineering-handbook"].weight > 0.5 > weights["security-runbooks"].weight
+        assert sum(r.weight for r in result.routing) == pytest.approx(1.0)
+        assert weights["engineering-handbook"].offset == 0.0 > weights["security-runbooks"].offset
+
+
+def test_query_explain_shows_the_routing(built: Workspace, home: Path) -> None:
+    run = CliRunner().invoke
+    text = run(cli, ["--home", str(home), "query", "team", "tomatoes sun water", "--explain", "--clearance",
+                     "internal"]).stdout
+    lines = text.splitlines()
+    assert lines[0].startswith("routing (P(wiki | question)")
+    assert lines[1].split()[0] == "alpha" and lines[1].split()[2] == "+0.000"  # the most likely first
+    assert lines[2].split()[0] == "beta" and float(lines[2].split()[2]) < 0
+    assert "score " in text and "bm25 #1" in text
+    data = json.loads(run(cli, ["--home", str(home), "query", "team", "tomatoes sun water", "--explain", "--json",
+                                "--clearance", "internal"]).stdout)
+    assert {r["wiki"] for r in data["routing"]} == {"alpha", "beta"}
+    assert sum(r["weight"] for r in data["routing"]) == pytest.approx(1.0)
+    offset = {r["wiki"]: r["offset"] for r in data["routing"]}
+    for p in data["passages"]:
+        (c,) = p["contributions"]
+        assert p["score"] == pytest.approx(c["score"] + offset[p["wiki"]])
+    (home / "rags" / "one.yaml").write_text("sensitivity: public\nwikis: [alpha]\n")
+    alone = run(cli, ["--home", str(home), "query", "one", "tomatoes", "--explain"]).stdout
+    assert alone.startswith("routing: none (one wiki)")
+
+
 def test_query_json_explains_each_passage(built: Workspace, home: Path) -> None:
     result = CliRunner().invoke(cli, ["--home", str(home), "query", "team", "compost", "--json",
                                       "--clearance", "internal"])
@@ -100,7 +167,7 @@ def test_query_json_explains_each_passage(built: Workspace, home: Path) -> None:
     for p in passages:
         (c,) = p["contributions"]
         assert c["wiki"] == p["wiki"] and c["layer"] == "bm25" and c["rank"] >= 1
-        assert p["score"] == pytest.approx(c["score"] + c["wiki_prior"])
+        assert p["score"] == pytest.approx(c["score"] + c["offset"])
 
 
 # metrics ------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def test_rrf_matches_a_hand_computed_example() -> None:
     assert fused[1].score == pytest.approx(1 / 61 + 1 / 62)
     assert fused[2].score == pytest.approx(1 / 63 + 1 / 61)
     assert [(c.layer, c.rank) for c in fused[2].contributions] == [("bm25", 3), ("dense", 1)]
-    assert get("rrf").name == "rrf" and get(None).name == "dfs-prior"
+    assert get("rrf").name == "rrf" and get(None).name == "routed"
     with pytest.raises(QueryError, match="unknown fusion 'x'"):
         get("x")
 
@@ -52,7 +52,7 @@ def test_results_come_from_every_wiki_of_the_composition(built: Workspace) -> No
     assert {p.wiki for p in result.passages} == {"alpha", "beta"}
 
 
-@pytest.mark.parametrize("fusion", ["rrf", "dfs", "dfs-prior"])
+@pytest.mark.parametrize("fusion", ["rrf", "dfs", "dfs-prior", "routed"])
 def test_weights_apply_in_every_fusion_method(built: Workspace, home: Path, fusion: str) -> None:
     plain = search(built, "team", "compost", clearance="internal", k=3, fusion=fusion)
     top = plain.passages[0].wiki
@@ -216,7 +216,7 @@ def test_one_pass_over_all_wikis_equals_fusing_each_wikis_own_top() -> None:
             (f.wiki, f.id, f.score, f.contributions) for f in expected]
 
 
-@pytest.mark.parametrize("fusion", ["dfs-prior", "dfs", "rrf"])
+@pytest.mark.parametrize("fusion", ["routed", "dfs-prior", "dfs", "rrf"])
 def test_a_tie_at_the_cut_keeps_the_lower_chunk_ids(home: Path, fusion: str) -> None:
     # twelve passages with the same text score the same: the top 3 are the first three chunks
     same = {f"n{i:02d}.md": "# Note\n\nCompost heaps need turning and air every week.\n" for i in range(12)}

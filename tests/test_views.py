@@ -36,7 +36,7 @@ def team(home: Path) -> Workspace:
 def _answers(ws: Workspace, comp: str, cache: IndexCache) -> list:
     out = []
     for q in QUESTIONS:
-        for fusion in ("dfs-prior", "dfs", "rrf"):
+        for fusion in ("routed", "dfs-prior", "dfs", "rrf"):
             result = search(ws, comp, q, clearance="public", k=8, fusion=fusion, cache=cache, audit_event=None)
             out.append([(p.wiki, p.path, p.start, p.end, p.score, p.contributions) for p in result.passages])
     return out

@@ -7,7 +7,7 @@ sensitivity: internal      # the ceiling: every listed wiki must be at or below 
 wikis: [engineering-handbook, wikirag-guide]
 k: 5                       # optional: passages returned (default 5)
 weights: {wikirag-guide: 0.5}   # optional: per-wiki weight in fusion (default 1)
-fusion: dfs-prior          # optional: a fusion method name (default: the library default)
+fusion: routed             # optional: a fusion method name (default: the library default)
 model: openai/gpt-4o-mini  # optional: the model for answers (default: $WIKIRAG_MODEL, else extractive)
 api_base: http://127.0.0.1:11434   # optional: a self-hosted OpenAI-compatible server
 ```

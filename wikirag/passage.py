@@ -31,6 +31,9 @@ class Contribution:
     rank: int
     score: float
     wiki_prior: float | None = None  # log P(wiki | query), for methods that use one
+    # what the fusion added to the passage's score for its wiki (once per passage): the routing offset of
+    # ``routed``, the log prior of ``dfs-prior``; None for methods that add nothing
+    offset: float | None = None
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,28 @@ class SearchResult:
     # the passages that hold the links a returned passage was reached through (its ``via``), where they
     # are not returned themselves (rank 0): what an answer cites to show the hop
     linking: list[Passage] = field(default_factory=list)
+    # each wiki's routing weight for the question (fusions that route; a composition of several wikis
+    # searched with BM25): why one wiki's passages were preferred (:class:`WikiRoute`)
+    routing: list[WikiRoute] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WikiRoute:
+    """A wiki's routing for one question: ``weight`` is P(wiki | question) from the wikis' language models
+    (the weights of a composition sum to 1), ``offset`` what the fusion added to each of its passages'
+    scores (0 for the wiki the question most belongs to under ``routed``)."""
+
+    wiki: str
+    weight: float
+    offset: float
+
+
+def _routing(view: Composed, method: fusion_mod.FusionMethod, c: Candidates) -> list[WikiRoute]:
+    """The :class:`WikiRoute` of each wiki, for a method that routes by the wikis' statistics."""
+    if not method.term_stats or c.wiki_prior is None or c.top_score is None or len(view.names) < 2:
+        return []
+    offsets = method.linear(c)[1] if method.linear is not None else np.zeros(len(view.names))
+    return [WikiRoute(name, float(np.exp(p)), float(o)) for name, p, o in zip(view.names, c.wiki_prior, offsets)]
 
 
 def resolve(workspace: Workspace, composition: str | Path | Composition, clearance: Level | str,
@@ -344,10 +366,12 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     term_counts = view.bm25.term_counts(cols) if method.term_stats and len(view.names) > 1 else None
     prior = fusion_mod.log_prior(term_counts, view.bm25.wiki_tokens, len(view.names)) if method.term_stats else None
     dense = "dense" in layers and dense_builds and _WORD.search(question) is not None  # blank: nothing to embed
+    top = None
     if "bm25" in layers and cols:
         scores = view.bm25.scores(cols, method.scoring)
+        top = float(scores.max()) if len(scores) else 0.0
         if method.linear is not None and not dense and not use_graph:  # one list per wiki, fused linearly
-            scale, offset = method.linear(_candidates(view, [], weights, term_counts, prior))
+            scale, offset = method.linear(_candidates(view, [], weights, term_counts, prior, top))
             hits = view.bm25.top_overall(scores, k, scale, offset)
         else:
             hits = view.bm25.top_per_wiki(scores, depth)
@@ -358,7 +382,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         rows += dense_rows
     else:
         vectors = {}
-    candidates = _candidates(view, rows, weights, term_counts, prior)
+    candidates = _candidates(view, rows, weights, term_counts, prior, top)
     graph = None
     if use_graph:
         graph = view.graph(tuple(spec is not None for spec in specs), tuple(bool(spec and spec.tags) for spec in specs))
@@ -367,7 +391,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         seeds = _seeds(view, first, specs, seed_count)
         if seeds:
             rows.append(_graph_rows(graph, seeds, specs, _question_match(candidates, view)))
-            candidates = _candidates(view, rows, weights, term_counts, prior)
+            candidates = _candidates(view, rows, weights, term_counts, prior, top)
     else:
         seeds = []
     passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
@@ -407,7 +431,7 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
             hint = "no passage contains any of the question's terms (nor is near it in meaning): try other words"
     unknown = list(dict.fromkeys(t for t in tokens if t not in view.bm25.vocab and not _abbreviates(t, view.bm25)))
     return SearchResult(question, comp.name, passages, warnings, hint, time.perf_counter() - started,
-                        list(comp.names), unknown, linking)
+                        list(comp.names), unknown, linking, _routing(view, method, candidates))
 
 
 def term_shares(workspace: Workspace, comp: Composition, terms: list[str], *,
@@ -534,9 +558,9 @@ def relocate(p: Passage, text: str | None) -> Passage:
 
 
 def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_counts: np.ndarray | None,
-                prior: np.ndarray | None = None) -> Candidates:
+                prior: np.ndarray | None = None, top: float | None = None) -> Candidates:
     """The ranked lists' rows (wiki, layer, chunk, rank, score) as the fusion's input (``prior``: the
-    wikis' log prior from ``term_counts``, when computed already)."""
+    wikis' log prior from ``term_counts``, when computed already; ``top``: the query's best BM25 score)."""
     if len(rows) == 1:  # one layer's list per wiki: already by wiki, then rank
         wiki, layer, chunk, rank, score = rows[0]
     else:
@@ -548,7 +572,7 @@ def _candidates(view: Composed, rows: list[tuple], weights: np.ndarray, term_cou
         wiki=wiki.astype(np.int64, copy=False), layer=layer.astype(np.int64, copy=False),
         chunk=chunk.astype(np.int64, copy=False), rank=rank.astype(np.int64, copy=False),
         score=score.astype(np.float64, copy=False), term_counts=term_counts, wiki_tokens=view.bm25.wiki_tokens,
-        wiki_prior=prior,
+        wiki_prior=prior, top_score=top,
     )
 
 

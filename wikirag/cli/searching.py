@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import asdict
 
 import click
 
@@ -16,10 +17,13 @@ from .common import clearance_option, snippet, workspace
 @click.argument("question")
 @click.option("-k", type=click.IntRange(1, 200), default=None, help="Passages to return (default: the composition's k, else 5).")
 @click.option("--fusion", help="Fusion method to use instead of the composition's.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of passages.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of passages (with --explain: an object "
+              "with the routing and the passages).")
+@click.option("--explain", is_flag=True, help="Also show each wiki's routing weight for the question and what it "
+              "added to its passages' scores, and each passage's lists (rank and score in each).")
 @clearance_option
 @click.pass_context
-def query(ctx, rag, question, k, fusion, as_json, clearance):
+def query(ctx, rag, question, k, fusion, as_json, explain, clearance):
     """Search a composition (a name in rags/ or a YAML path) and print the best passages.
 
     Each passage is cited as wiki/path:line with its heading path, and a passage found through a
@@ -29,14 +33,22 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
     "moved" (found elsewhere in the file: new offsets and line) or "changed" (its text is gone: offsets
     and line are null; rebuild the wiki).
 
+    --explain says why a wiki's passages were preferred: each wiki's routing weight P(wiki | question)
+    (from the wikis' own term statistics; the weights sum to 1) and the offset the fusion added to its
+    passages' scores, then under each passage the lists it was found in.
+
     Example: wikirag query engineering "how do I page the on-call engineer" -k 3 --clearance internal
     """
     result = search(workspace(ctx), rag, question, clearance=clearance, k=k, fusion=fusion)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps([p.to_dict() for p in result.passages], indent=2, ensure_ascii=False))
+        passages = [p.to_dict() for p in result.passages]
+        data = {"routing": [asdict(r) for r in result.routing], "passages": passages} if explain else passages
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
+        if explain:
+            _print_routing(result)
         for p in result.passages:
             heading = f"  ({p.heading})" if p.heading else ""
             if p.state == "changed":  # no line: it would point at other text
@@ -46,9 +58,24 @@ def query(ctx, rag, question, k, fusion, as_json, clearance):
                 click.echo(f"[{p.rank}] {p.wiki}/{p.path}:{p.line}{heading}{moved}")
             for hop in p.via:
                 click.echo(f"    via {hop.link} in {hop.wiki}/{hop.path}:{hop.line}")
+            if explain:
+                lists = ", ".join(f"{c.layer} #{c.rank} ({c.score:.3f})" for c in p.contributions)
+                offset = next((c.offset for c in p.contributions if c.offset), 0.0)
+                click.echo(f"    score {p.score:.3f}: {lists}" + (f", routing {offset:+.3f}" if offset else ""))
             click.echo(textwrap.indent(textwrap.fill(snippet(p.text), 96), "    "))
     if result.hint:
         click.echo(f"no results: {result.hint}", err=True)
+
+
+def _print_routing(result) -> None:
+    """The routing lines of ``query --explain``: one per wiki, the most likely first."""
+    if not result.routing:
+        reason = ("one wiki" if len(result.wikis) < 2 else "this fusion does not route, or no BM25 term matched")
+        click.echo(f"routing: none ({reason})")
+        return
+    click.echo("routing (P(wiki | question); offset added to the wiki's passage scores):")
+    for r in sorted(result.routing, key=lambda r: -r.weight):
+        click.echo(f"  {r.wiki:<28} {r.weight:6.1%}  {r.offset:+.3f}")
 
 
 @click.command()
