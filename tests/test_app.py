@@ -260,6 +260,11 @@ def test_compare_two_compositions(app_home: Path) -> None:
     why = [m.value for m in at.markdown if m.value.startswith("- **")]
     assert len(why) == 2, why
     assert any("top passage from **wikirag-guide** (also in" in w for w in why)  # both list the guide
+    # each composition's routing: P(wiki | question) of each of its wikis, the most likely first
+    routing = [c.value for c in at.caption if c.value.startswith("Routing: ")]
+    assert len(routing) == 2, routing
+    assert all(r.count("%") == 2 for r in routing), routing  # two wikis each
+    assert any(r.startswith("Routing: wikirag-guide ") for r in routing), routing  # a question about wikirag
     # a question only the brewing wiki answers: public-help is the one to choose
     at.text_input[1].input("How long should a French press steep?")
     at.button[0].click().run()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from . import about, audit, extractive, feedback, followup, localmodel
@@ -69,6 +69,9 @@ class AnswerResult:
     rewrite: str = "none"  # how `searched` was made: "none", "offline", "model" (a condensing call), "about"
     rewrite_seconds: float = 0.0
     wikis: list[str] = field(default_factory=list)  # the wikis the composition searched
+    # each wiki's routing for the question, {"wiki", "weight", "offset"} (retrieval's ``routing``; empty
+    # for one wiki or a fusion that does not route)
+    routing: list[dict] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
@@ -285,7 +288,8 @@ def answer(workspace: Workspace, composition: str | Path | Composition, question
                         f"{', '.join(gone)} (changed since the build)")
     result = AnswerResult(question, comp.name, chosen, passages=usable, warnings=warnings,
                           retrieval_seconds=found.seconds - rewrite_seconds, unknown_terms=found.unknown_terms,
-                          searched=searched, rewrite=how, rewrite_seconds=rewrite_seconds, wikis=list(found.wikis))
+                          searched=searched, rewrite=how, rewrite_seconds=rewrite_seconds, wikis=list(found.wikis),
+                          routing=[asdict(r) for r in found.routing])
 
     def done(r: AnswerResult) -> None:
         audit.record(workspace.home, "answer", **audit_fields(found, who, level), model=r.model,

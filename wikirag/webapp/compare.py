@@ -91,6 +91,9 @@ if comparison is not None:
             st.caption(f"{len(result.passages)} passages: {len(result.passages) - unique} shared, {unique} unique · "
                        f"retrieval {result.retrieval_seconds * 1000:.0f} ms · generation "
                        f"{result.generation_seconds:.2f} s")
+            if result.routing:  # why one wiki's passages were preferred: P(wiki | question)
+                st.caption("Routing: " + " · ".join(f"{r['wiki']} {r['weight']:.0%}" for r in
+                                                    sorted(result.routing, key=lambda r: -r["weight"])))
             for n, p in enumerate(result.passages, start=1):
                 tag = "shared" if comparison.passage_key(result, n - 1) in shared else "unique"
                 with st.expander(f"[{n}] {tag} · {p.wiki}/{p.path}:{p.line}"):
