@@ -21,7 +21,7 @@ dense layer unless ``--tldr-bm25-only``) and a composition ``tldr`` listing it. 
 
 Run from the repository root (the local model starts on demand; stop it with ``wikirag serve-model --stop``)::
 
-    python bench/answer_eval.py [--modes extractive local] [-k 5] [--workspace DIR] [--json] [--show]
+    python bench/answer_eval.py [--modes extractive local] [-k 5] [--workspace DIR] [--fusion NAME] [--json] [--show]
 
 ``--workspace DIR`` builds there once and reuses it on the next run (delete it after an index change).
 """
@@ -75,7 +75,7 @@ def workspace(folder: Path | None, eval_dir: Path, tldr_dense: bool = True) -> t
     return home, folder is None
 
 
-def run(home: Path, modes: list[str], k: int, questions: Path) -> dict:
+def run(home: Path, modes: list[str], k: int, questions: Path, fusion: str | None = None) -> dict:
     ws = Workspace(home)
     items = [json.loads(line) for line in questions.read_text().splitlines() if line.strip()]
     items = [q for q in items if (home / "rags" / f"{q['composition']}.yaml").is_file()]
@@ -89,7 +89,8 @@ def run(home: Path, modes: list[str], k: int, questions: Path) -> dict:
         rows = []
         for q in items:
             started = time.perf_counter()
-            result = answer(ws, q["composition"], q["question"], clearance=q["clearance"], model=mode, k=k).result
+            result = answer(ws, q["composition"], q["question"], clearance=q["clearance"], model=mode, k=k,
+                            fusion=fusion).result
             seconds = time.perf_counter() - started
             expected = (q["wiki"], q["page"])
             pages = [(p.wiki, p.path) for p in result.passages]
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--eval-dir", type=Path, default=EVAL_DIR)
     parser.add_argument("--tldr-bm25-only", action="store_true", help="build the tldr wiki without the dense layer")
     parser.add_argument("--no-rerank", action="store_true", help="turn the second stage off (retrieval.RERANK_DEPTH = 0)")
+    parser.add_argument("--fusion", help="a fusion method instead of each composition's (e.g. dfs-prior, dfs)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--show", action="store_true", help="print every wrong answer")
     args = parser.parse_args()
@@ -163,7 +165,7 @@ def main() -> None:
         retrieval.RERANK_DEPTH = 0
     home, made = workspace(args.workspace, args.eval_dir, not args.tldr_bm25_only)
     try:
-        report = run(home, args.modes, args.k, args.questions)
+        report = run(home, args.modes, args.k, args.questions, args.fusion)
     finally:
         if made:
             shutil.rmtree(home, ignore_errors=True)

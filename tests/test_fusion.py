@@ -217,7 +217,7 @@ def test_eval_on_beir_folders(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["k"] == 10
     assert report["datasets"] == {"garden": {"docs": 8, "queries": 3}, "kitchen": {"docs": 6, "queries": 2}}
-    assert {"monolith", "oracle", "rrf", "dfs", "dfs-prior", "default"} <= set(report["results"])
+    assert {"monolith", "oracle", "rrf", "dfs", "dfs-prior", "routed", "default"} <= set(report["results"])
     for method in report["results"].values():
         assert set(method) == {"per_dataset", "macro", "queries_per_s"}
         assert set(method["per_dataset"]) == {"garden", "kitchen"}
