@@ -12,7 +12,8 @@ Reports:
 * **routing accuracy** of each wiki-level signal on the dev mix: how often the wiki it scores highest is
   the query's own (the language model of ``dfs-prior``/``routed`` at several smoothings, document
   frequencies instead of counts, CORI, ReDDE counts in the top 50 of the merged ranking, per-size
-  ReDDE, the wiki's best and top-10 mean score);
+  ReDDE, the wiki's best and top-10 mean score; the nearest dense centroid, when the workspace's wikis
+  have the dense layer: after ``fusion_eval.py --layers bm25,dense``);
 * **macro nDCG@10** per mix and the mean over the 16 for: a hard cut to the most likely wiki; a cut of
   the wikis below a share of the best one's weight; a multiplicative weight ``P(wiki)^λ``; the shipped
   additive offset at every strength, and its leave-one-collection-out (LOCO) choice; a learned router
@@ -78,8 +79,15 @@ def collect(ws, datasets: dict, label: str, names: list[str]) -> dict:
             df = np.array([np.bincount(np.searchsorted(bm.offsets, bm.indices[bm.indptr[c]:bm.indptr[c + 1]],
                                                        side="right") - 1, minlength=len(view.names)) for c in cols])
             rows.append({"ds": d, "qid": qid, "lists": lists, "tc": bm.term_counts(cols), "df": df})
+    centroids = []  # each wiki's mean passage vector, where it has the dense layer (the dense runs embed them)
+    for idx in view.indexes:
+        vectors = idx.folder / "dense" / "vectors.npy"
+        if vectors.is_file():
+            mean = np.load(vectors, mmap_mode="r").astype(np.float32).mean(0)
+            centroids.append(mean / np.linalg.norm(mean))
     return {"names": list(view.names), "tokens": np.asarray(bm.wiki_tokens, float),
-            "docs": np.diff(bm.offsets).astype(float), "rows": rows}
+            "docs": np.diff(bm.offsets).astype(float), "rows": rows,
+            "centroids": np.stack(centroids) if len(centroids) == len(view.names) else None}
 
 
 def ndcg(ranked: list[str], rels: dict[str, int], k: int = 10) -> float:
@@ -219,6 +227,15 @@ def main() -> None:
             if r["lists"] is not None:
                 hits.setdefault(r["ds"], []).append(int(np.argmax(signal(r, dev)) == dev["names"].index(r["ds"])))
         print(f"| {name} | " + " | ".join(f"{np.mean(hits[d]):.0%}" for d in dev["names"]) + " |")
+    if dev["centroids"] is not None:  # the wikis' dense centroids: the question's nearest one
+        from wikirag import embeddings
+
+        cells = []
+        for d in dev["names"]:
+            vectors = np.asarray(embeddings.recent([t for _, t in datasets[d].queries], embeddings.DEFAULT_EMBEDDING,
+                                                   None), dtype=np.float32)
+            cells.append(float(np.mean((vectors @ dev["centroids"].T).argmax(1) == dev["names"].index(d))))
+        print("| nearest dense centroid (mean passage vector, MiniLM) | " + " | ".join(f"{c:.0%}" for c in cells) + " |")
 
     def table(route) -> dict[str, dict[str, float]]:
         return {label: evaluate(data[label], qrels, route) for label in labels}

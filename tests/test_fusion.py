@@ -163,6 +163,9 @@ def test_query_explain_shows_the_routing(built: Workspace, home: Path) -> None:
     for p in data["passages"]:
         (c,) = p["contributions"]
         assert p["score"] == pytest.approx(c["score"] + offset[p["wiki"]])
+    answered = json.loads(run(cli, ["--home", str(home), "ask", "team", "tomatoes sun water", "--json",
+                                    "--clearance", "internal"]).stdout)
+    assert answered["routing"] == data["routing"]  # ask --json carries the same routing
     (home / "rags" / "one.yaml").write_text("sensitivity: public\nwikis: [alpha]\n")
     alone = run(cli, ["--home", str(home), "query", "one", "tomatoes", "--explain"]).stdout
     assert alone.startswith("routing: none (one wiki)")
