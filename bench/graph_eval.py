@@ -12,6 +12,9 @@
      page the question names (``start_page``), the answer page and an exact ``fact`` of it.
    * ``bench/multihop_qa.jsonl``: the first 24, easier (they may say the heading's words).
    * ``bench/singlehop_qa.jsonl``: 20 direct questions, the control the graph must not spoil.
+   * ``bench/multihop_unanswerable.jsonl``: 20 questions written the same way (a project named, a linked
+     service or team described) for a fact no page has (a cost, a mascot, a licence fee): the offline
+     answer must refuse them. Only the refusals are reported for it.
 
    For each of the layer sets bm25, bm25+graph, bm25+dense, bm25+dense+graph (the default, as every
    example wiki has a dense layer): **passage recall@5 / @10** (a passage of the answer page holding the
@@ -53,6 +56,7 @@ GRAPH = ("bm25", "graph")
 LAYER_SETS = {"bm25": BASE, "bm25+graph": GRAPH, "bm25+dense": ("bm25", "dense"),
               "bm25+dense+graph": ("bm25", "dense", "graph")}
 SETS = ("multihop_hard.jsonl", "multihop_qa.jsonl", "singlehop_qa.jsonl")
+UNANSWERABLE = "multihop_unanswerable.jsonl"
 
 
 def _questions(name: str) -> list[dict]:
@@ -122,6 +126,16 @@ def answer_quality(ws: Workspace, questions: list[dict]) -> dict:
             "hop_stated": f"{hop}/{n}"}
 
 
+def refusals(ws: Workspace, questions: list[dict]) -> dict:
+    """The offline answer (default layers, the composition's k) to questions no page answers: refused or not."""
+    from wikirag.answers import answer
+    from wikirag.prompt import NO_ANSWER
+
+    refused = sum(answer(ws, "systems", q["question"], clearance="internal", model="extractive").result.text.strip()
+                  == NO_ANSWER for q in questions)
+    return {"refused": f"{refused}/{len(questions)}", "refused_share": round(refused / len(questions), 3)}
+
+
 def _generated_wiki(home: Path, pages: int = 1000) -> Workspace:
     rng = random.Random(SEED)
     words = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "ze")
@@ -179,6 +193,7 @@ def main() -> None:
             out[set_name] = {"questions": len(qs),
                              "layers": {name: retrieval_quality(ws, qs, layers) for name, layers in LAYER_SETS.items()},
                              "answers": answer_quality(ws, qs)}
+        out[UNANSWERABLE] = refusals(ws, _questions(UNANSWERABLE))
         out["overhead"] = overhead(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -196,6 +211,8 @@ def main() -> None:
         a = out[set_name]["answers"]
         print(f"offline answers: right {a['right']} ({a['right_share']:.0%}), fact {a['fact']}, "
               f"hop stated {a['hop_stated']}\n")
+    r = out[UNANSWERABLE]
+    print(f"{UNANSWERABLE}: offline answers refused {r['refused']} ({r['refused_share']:.0%})\n")
     print("overhead on a 1,000-page wiki:", json.dumps(out["overhead"]))
 
 

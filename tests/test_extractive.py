@@ -183,3 +183,26 @@ def test_a_how_to_question_does_not_lead_with_what_not_to_do(monkeypatch) -> Non
     assert extract(question, [page])[1][0].text.startswith("To rotate")
     monkeypatch.setattr("wikirag.extractive.W_PROHIBITION", 0.0)
     assert extract(question, [page])[1][0].text.startswith("Don't rotate")
+
+
+def test_a_chain_is_tested_for_a_word_no_wiki_has_by_its_sentence_read_alone() -> None:
+    """The refusal for a rare word no wiki has looks at each sentence read alone. A sentence reached over
+    links is embedded after its bridges (its ``cosine``), so the test takes its ``alone`` cosine: when every
+    candidate is such a chain, the answer is no longer refused for want of a sentence read alone (a
+    multi-hop question's describing words — "the credential issuer behind Lapwing" — are often in no wiki),
+    and a chain near the question only through its bridges still is."""
+    from wikirag.extractive import RARE_COSINE, Scored, Sentence, answers
+    from wikirag.embeddings import vocabulary
+
+    words = vocabulary()
+    if words is None:
+        pytest.skip("the offline MiniLM is not installed")
+    question = "How many sign-in attempts does the zqxwvissuer behind Lapwing allow?"
+    assert "zqxwvissuer" not in words
+
+    def chained(alone: float) -> Scored:
+        s = Sentence(1, 0, 10, "50 login attempts per minute per IP address.")
+        return Scored(s, coverage=0.4, cosine=0.65, score=0.8, passage_cosine=0.6, chained=True, alone=alone)
+
+    assert answers(question, [chained(RARE_COSINE + 0.2)], semantic=True, unknown=["zqxwvissuer"])
+    assert not answers(question, [chained(RARE_COSINE - 0.2)], semantic=True, unknown=["zqxwvissuer"])

@@ -226,6 +226,7 @@ class Scored:
     score: float
     passage_cosine: float = 0.0
     chained: bool = False  # read after its bridges (W_BRIDGE): its cosine is the chain's
+    alone: float = 0.0  # the cosine of the sentence read alone (under its heading): for a chain, not its cosine
 
 
 def _context(s: Sentence, passage: Passage) -> str:
@@ -282,6 +283,11 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     chosen = sorted(range(len(pool)), key=lambda i: (-prior[i], i))[:CANDIDATES]
     texts = [" ".join(filter(None, [bridges[pool[i][0].n - 1], _context(*pool[i])])) for i in chosen]
     cosine = similarity(question, texts) if similarity is not None else None
+    # a chain's sentence read alone as well, for the refusal's test of a word no wiki has (answers)
+    linked = [j for j, i in enumerate(chosen) if bridges[pool[i][0].n - 1]]
+    alone = cosine.copy() if cosine is not None else None
+    if cosine is not None and linked:
+        alone[linked] = similarity(question, [_context(*pool[chosen[j]]) for j in linked])
     own_near = [_passage_cosine(p) for p in passages]
     near = [max([own_near[i]] + [own_near[n - 1] for n in _hop_sources(passages, p)]) for i, p in enumerate(passages)]
     how_to = bool(_HOW_TO.search(question))
@@ -292,7 +298,8 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
         score = W_COSINE * cos + W_COVERAGE * coverage[i] + W_PASSAGE * near[n - 1] + W_RANK / n
         if how_to and _PROHIBITION.match(pool[i][0].text):
             score -= W_PROHIBITION
-        out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1], bool(bridges[n - 1])))
+        out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1], bool(bridges[n - 1]),
+                          float(alone[j]) if alone is not None else 0.0))
     return sorted(out, key=lambda c: (-c.score, c.sentence.n, c.sentence.start))
 
 
@@ -310,8 +317,8 @@ def answers(question: str, ranked: list[Scored], semantic: bool, unknown: Sequen
         return ranked[0].coverage >= MIN_COVERAGE
     if max(c.cosine for c in ranked) < MIN_COSINE:
         return False
-    # a word no wiki has: a chain's cosine has its bridges' words too, so only sentences read alone count
-    near = max((c.cosine for c in ranked if not c.chained), default=0.0)
+    # a word no wiki has: a chain's cosine has its bridges' words too, so each sentence counts read alone
+    near = max(c.alone for c in ranked)
     unknown = set(unknown)
     if unknown:
         vocabulary = embeddings.vocabulary()
