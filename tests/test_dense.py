@@ -450,7 +450,8 @@ def test_with_a_server_url_queries_go_through_qdrant_client(tmp_path: Path, monk
     monkeypatch.setenv("QDRANT_API_KEY", "secret")
     monkeypatch.setattr(dense_mod, "_STORE", None)
     served = store()
-    assert made == [{"url": "http://qdrant.example:6333", "api_key": "secret"}] and served.client is not None
+    assert made == [{"url": "http://qdrant.example:6333", "api_key": "secret", "timeout": dense_mod.SERVER_TIMEOUT,
+                     "check_compatibility": False}] and served.client is not None
     rng = np.random.default_rng(23)
     builds = [_write_build(tmp_path, f"2026010{i}T000000-aaaaaa", _unit(rng, 300, 16)) for i in range(1, 4)]
     for b in builds:
@@ -478,3 +479,89 @@ def test_short_texts_are_cut_sooner_and_kept_apart_from_full_ones() -> None:
     assert float(full[0] @ cut[0]) > 0.9999  # a sentence under SHORT_TOKENS is embedded whole
     assert float(full[1] @ cut[1]) < 0.999  # a long text is cut at SHORT_TOKENS word pieces
     assert embeddings.recent([long])[0] @ full[1] > 0.9999  # the full vector is not replaced by the cut one
+
+
+def _local_server(monkeypatch):
+    """``QDRANT_URL`` set, and where the server would be, qdrant-client's local engine (the same API and
+    calls): one engine for every client made, as every process talks to the same server."""
+    qdrant_client = pytest.importorskip("qdrant_client")
+    engine = qdrant_client.QdrantClient(":memory:")
+    monkeypatch.setattr(qdrant_client, "QdrantClient", lambda **kwargs: engine)
+    monkeypatch.setenv("QDRANT_URL", "http://qdrant.example:6333")
+    monkeypatch.setattr(dense_mod, "_STORE", None)
+    return engine
+
+
+def test_a_build_uploads_its_vectors_to_the_server_and_a_short_collection_is_completed(
+        home: Path, monkeypatch) -> None:
+    engine = _local_server(monkeypatch)
+    make_wiki(home, "motoring", {"car.md": CAR, "roses.md": GARDEN}, extra="layers:\n  dense: {}\n")
+    (home / "rags" / "motoring.yaml").write_text("sensitivity: public\nwikis: [motoring]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    steps: list[tuple[str, int, int]] = []
+    report = build(ws.wiki("motoring"), progress=lambda *step: steps.append(step))
+    assert report.warnings == [] and ("uploading", 2, 2) in steps
+    name = f"wikirag__motoring__{report.build_id}"
+    # filled by the build, before any query
+    assert [c.name for c in engine.get_collections().collections] == [name]
+    assert engine.count(name, exact=True).count == report.chunks == 2
+    # a collection left short (another process's upload cut off) is completed by the next process before
+    # it is searched, not served half full
+    engine.delete(name, points_selector=[1])
+    monkeypatch.setattr(dense_mod, "_STORE", None)  # the next process, on the same server
+    found = search(ws, "motoring", PARAPHRASE, clearance="public")
+    assert found.passages[0].path == "car.md" and not found.warnings
+    assert engine.count(name, exact=True).count == 2
+    monkeypatch.setattr(dense_mod, "_STORE", None)
+
+
+def test_with_the_server_down_queries_answer_with_bm25_and_say_so(dense_ws: Workspace, monkeypatch) -> None:
+    """A real socket that accepts connections and never answers: the first query waits for the timeout,
+    warns and answers by BM25; the next do not call the server again for SERVER_RETRY seconds; a build
+    is built and says its vectors are not uploaded."""
+    import socket
+
+    pytest.importorskip("qdrant_client")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setattr(dense_mod, "SERVER_TIMEOUT", 1)
+    monkeypatch.setenv("QDRANT_URL", f"http://user:pw@127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(dense_mod, "_STORE", None)
+    try:
+        question = "how often should the engine oil be replaced"
+        first = search(dense_ws, "motoring", question, clearance="public")
+        assert first.passages and first.passages[0].path == "car.md"
+        assert [c.layer for c in first.passages[0].contributions] == ["bm25"]
+        assert len(first.warnings) == 1
+        warning = first.warnings[0]
+        assert warning.startswith("dense layer of motoring unavailable (the Qdrant server at http://127.0.0.1:")
+        assert "searched with BM25 only" in warning and "pw" not in warning and "QDRANT_URL" in warning
+        calls = len(accepted)
+        assert calls >= 1
+        second = search(dense_ws, "motoring", question, clearance="public")
+        assert second.warnings == first.warnings and len(accepted) == calls  # not called again
+        # the CLI prints the warning and still answers
+        out = CliRunner().invoke(cli, ["--home", str(dense_ws.home), "query", "motoring", question])
+        assert out.exit_code == 0 and "car.md" in out.stdout and "unavailable" in out.stderr
+        # a build while the server is down is built, and says its vectors are not uploaded yet
+        (dense_ws.home / "wikis" / "motoring" / "car.md").write_text(CAR + "\nCheck the tyre pressure monthly.\n")
+        monkeypatch.setattr(dense_mod, "_STORE", None)
+        report = build(dense_ws.wiki("motoring"))
+        assert report.state == "built" and len(report.warnings) == 1
+        assert report.warnings[0].startswith("dense layer not uploaded: the Qdrant server at")
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+        monkeypatch.setattr(dense_mod, "_STORE", None)

@@ -61,7 +61,7 @@ class Job:
     ``state``: ``running``, then ``built``, ``up to date`` or ``failed``. ``stage``/``done``/``total`` (read
     together as ``progress``): the build's progress (``stage`` is ``"starting"``, ``"reading"`` or
     ``"embedding"``, the stages of :data:`wikirag.index.Progress`). ``files``, ``chunks``,
-    ``seconds`` and ``build_id`` are the :class:`wikirag.index.BuildReport`'s once built; ``error`` is the
+    ``seconds``, ``build_id`` and ``warnings`` are the :class:`wikirag.index.BuildReport`'s once built; ``error`` is the
     message of a failed build. ``started``/``ended`` are ``time.time()`` values; ``pid`` the build process's.
     """
 
@@ -77,6 +77,7 @@ class Job:
     seconds: float = 0.0
     build_id: str | None = None
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the report's (a dense layer not uploaded to Qdrant)
     pid: int | None = None
     _finished: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
@@ -211,8 +212,8 @@ def _apply(job: Job, message: tuple) -> None:
     if kind == "progress":
         job.progress = tuple(values)
     elif kind == "report":
-        state, files, chunks, seconds, build_id = values
-        job._end(state, files=files, chunks=chunks, seconds=seconds, build_id=build_id)
+        state, files, chunks, seconds, build_id, warnings = values
+        job._end(state, files=files, chunks=chunks, seconds=seconds, build_id=build_id, warnings=list(warnings))
     elif kind == "error":
         job._end("failed", error=values[0])
     else:  # "crash": the child's traceback goes to the log, never to a page
@@ -236,7 +237,8 @@ def _child(home: str, name: str, force: bool, nice: int, messages: multiprocessi
         from .index import build
 
         report = build(Workspace(home).wiki(name), force=force, progress=progress)
-        messages.put(("report", report.state, report.files, report.chunks, report.seconds, report.build_id))
+        messages.put(("report", report.state, report.files, report.chunks, report.seconds, report.build_id,
+                      report.warnings))
     except WikiragError as exc:
         messages.put(("error", str(exc)))
     except Exception:  # noqa: BLE001 - reported to the parent, which logs it

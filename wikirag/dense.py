@@ -20,7 +20,16 @@ the processes that serve a wiki; a wiki's previous build is dropped when a new o
 With ``QDRANT_URL`` (and ``QDRANT_API_KEY``) set, queries go to that Qdrant server instead, one
 collection per wiki build (``wikirag__<wiki>__<build id>``, filled from the vector file, the newest two
 kept), through ``qdrant-client``, imported only then. Either way a build never needs an engine's storage
-folder: ``wikirag build`` works while the app is running.
+folder: ``wikirag build`` works while the app is running. A build uploads its collection when it is done
+(:func:`upload`), so no query waits for it; a process that finds the collection missing or short of
+points (another process is still uploading it, or the upload failed) uploads it itself — points are
+written by id, so two uploads at once write the same points — and serves it only once it is complete.
+
+**When the server is down** (refused, timed out after :data:`SERVER_TIMEOUT` s, or an HTTP error) a call
+raises :class:`~wikirag.errors.DenseUnavailable` naming the server and what to check; the query then
+searches those wikis with BM25 only and says so in its warnings, and for :data:`SERVER_RETRY` s the store
+does not call the server again (every query of fifty users would otherwise wait for the timeout). A
+build whose upload fails is still built: the first query after the server is back uploads it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,11 +47,14 @@ from pathlib import Path
 import numpy as np
 
 from . import embeddings
-from .errors import DenseMismatch
+from .errors import DenseMismatch, DenseUnavailable
 from .passage import Chunk
 
 QDRANT_URL_ENV = "QDRANT_URL"
 QDRANT_KEY_ENV = "QDRANT_API_KEY"
+SERVER_TIMEOUT = 5      # seconds a call to the Qdrant server may take
+SERVER_RETRY = 30.0     # seconds after a failed call during which the server is not called again
+UPLOAD_BATCH = 8192     # vectors per upload call (a progress step)
 VECTORS = "vectors.npy"
 HASHES = "hashes.json"
 _UNIT_TOLERANCE = 1e-5  # |‖v‖² − 1| up to which a vector counts as unit length (float32 rounding: ~5e-7)
@@ -189,18 +202,40 @@ class DenseStore:
         if url:
             from qdrant_client import QdrantClient  # imported only for a server
 
-            self.client = QdrantClient(url=url, api_key=api_key)
+            self.client = QdrantClient(url=url, api_key=api_key, timeout=SERVER_TIMEOUT, check_compatibility=False)
+        self._down: tuple[float, str] | None = None  # (until when, why): the server failed, not called again
         self._ready: dict[str, _Loaded] = {}
         self._previous: dict[str, _Loaded] = {}  # the build each wiki served before: a query may still be on it
         self._lock = threading.Lock()
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the server, its failure a :class:`DenseUnavailable` that says which
+        server and what to do; while the server is marked down (:data:`SERVER_RETRY`), not called at all."""
+        from qdrant_client.http.exceptions import ApiException
+
+        down = self._down
+        if down is not None and time.monotonic() < down[0]:
+            raise DenseUnavailable(down[1])
+        try:
+            out = fn(*args, **kwargs)
+        except (ApiException, OSError, TimeoutError) as exc:
+            server = re.sub(r"//[^/@]*@", "//", self.url or "")  # never a password written in the URL
+            why = f"the Qdrant server at {server} failed ({what}: {exc}); retried after {SERVER_RETRY:.0f} s. " \
+                  f"Check that it is running and QDRANT_URL / QDRANT_API_KEY, or unset QDRANT_URL to search in-process"
+            self._down = (time.monotonic() + SERVER_RETRY, why)
+            raise DenseUnavailable(why) from exc
+        self._down = None
+        return out
 
     @staticmethod
     def collection_name(wiki: str, build_id: str) -> str:
         return f"wikirag__{wiki}__{build_id}"
 
-    def ensure(self, wiki: str, build_id: str, folder: Path, info: DenseInfo) -> str:
+    def ensure(self, wiki: str, build_id: str, folder: Path, info: DenseInfo,
+               progress: Callable[[str, int, int], None] | None = None) -> str:
         """Make sure ``wiki``'s build ``build_id`` (vectors in ``folder``) is served; drop its previous one.
-        Returns the build's collection name (on a server, the collection holding it)."""
+        Returns the build's collection name (on a server, the collection holding it). ``progress(stage,
+        done, total)``: the upload to a server, by batches."""
         name = self.collection_name(wiki, build_id)
         current = self._ready.get(wiki)
         if current is not None and current.build_id == build_id:
@@ -216,30 +251,46 @@ class DenseStore:
                 self._ready[wiki] = _Loaded(build_id, name, info.model_id, info.dim,
                                             load_vectors(folder / VECTORS, info.dim))
             else:
-                self._fill_collection(name, folder, info)
+                self._fill_collection(name, folder, info, progress)
                 self._drop_old(wiki, name)
                 self._ready[wiki] = _Loaded(build_id, name, info.model_id, info.dim, None)
         return name
 
-    def _fill_collection(self, name: str, folder: Path, info: DenseInfo) -> None:
+    def _fill_collection(self, name: str, folder: Path, info: DenseInfo,
+                         progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Create and fill the build's collection unless it holds every point already. Another process may
+        be doing the same at once: a create that finds it made meanwhile is fine, and points are written by
+        id (the same vectors), so the collection is served only once its count is complete."""
         from qdrant_client import models
 
-        if not self.client.collection_exists(name):
-            vectors = np.load(folder / VECTORS)
-            self.client.create_collection(
-                name, vectors_config=models.VectorParams(size=info.dim, distance=models.Distance.COSINE))
-            if len(vectors):
-                self.client.upload_collection(name, vectors=vectors, ids=range(len(vectors)), batch_size=1024)
+        vectors = np.load(folder / VECTORS, mmap_mode="r")
+        if not self._call("collection_exists", self.client.collection_exists, name):
+            try:
+                self._call("create_collection", self.client.create_collection, name,
+                           vectors_config=models.VectorParams(size=info.dim, distance=models.Distance.COSINE))
+            except DenseUnavailable:
+                self._down = None  # another process may have created it between the two calls
+                if not self._call("collection_exists", self.client.collection_exists, name):
+                    raise
+        total = len(vectors)
+        if total and self._call("count", self.client.count, name, exact=True).count != total:
+            for start in range(0, total, UPLOAD_BATCH):
+                end = min(start + UPLOAD_BATCH, total)
+                self._call("upload_collection", self.client.upload_collection, name,
+                           vectors=np.asarray(vectors[start:end]), ids=range(start, end), batch_size=1024, wait=True)
+                if progress is not None:
+                    progress("uploading", end, total)
 
     def _drop_old(self, wiki: str, current: str) -> None:
         """On a server, shared with other processes that may still read the previous build: keep the
         wiki's newest two collections (build ids sort by time), drop the older ones."""
         prefix = f"wikirag__{wiki}__"
-        names = sorted(c.name for c in self.client.get_collections().collections if c.name.startswith(prefix))
+        names = sorted(c.name for c in self._call("get_collections", self.client.get_collections).collections
+                       if c.name.startswith(prefix))
         keep = {current, *names[-2:]}
         for name in names:
             if name not in keep:
-                self.client.delete_collection(name)
+                self._call("delete_collection", self.client.delete_collection, name)
 
     def _served(self, wiki: str, build_id: str | None) -> _Loaded:
         loaded = self._ready[wiki]
@@ -256,7 +307,8 @@ class DenseStore:
         ids = np.asarray(ids, dtype=np.int64)
         if loaded.vectors is not None:
             return (loaded.vectors[ids] @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
-        points = {p.id: p.vector for p in self.client.retrieve(loaded.collection, ids=ids.tolist(), with_vectors=True)}
+        points = {p.id: p.vector for p in self._call("retrieve", self.client.retrieve, loaded.collection,
+                                                     ids=ids.tolist(), with_vectors=True)}
         rows = np.array([points[int(i)] for i in ids], dtype=np.float32).reshape(len(ids), loaded.dim)
         return (unit_rows(rows) @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
 
@@ -274,10 +326,25 @@ class DenseStore:
                 f"model, or rebuild the wiki with 'wikirag build {wiki}'")
         if loaded.vectors is not None:
             return top_k(loaded.vectors, vector, limit)
-        points = self.client.query_points(loaded.collection, query=np.asarray(vector).tolist(), limit=limit,
-                                          with_payload=False).points
+        points = self._call("query_points", self.client.query_points, loaded.collection,
+                            query=np.asarray(vector).tolist(), limit=limit, with_payload=False).points
         return (np.array([p.id for p in points], dtype=np.int64),
                 np.array([p.score for p in points], dtype=np.float64))
+
+
+def upload(wiki: str, build_id: str, folder: Path, info: dict | None,
+           progress: Callable[[str, int, int], None] | None = None) -> list[str]:
+    """After a build: with ``QDRANT_URL`` set and a dense layer built, fill the build's collection on the
+    server now, so that no query waits for it. The warnings (none if it worked or there is no server): a
+    server that fails leaves the build built, and the first query after it is back uploads it."""
+    if not info or not os.environ.get(QDRANT_URL_ENV):
+        return []
+    try:
+        store().ensure(wiki, build_id, folder, DenseInfo.from_manifest(info), progress)
+    except DenseUnavailable as exc:
+        return [(f"dense layer not uploaded: {exc}. The build serves BM25 at once; the first query after the "
+                 "server is back uploads the vectors")]
+    return []
 
 
 _STORE: DenseStore | None = None

@@ -77,6 +77,11 @@ class EmbeddingError(WikiragError):
     """Embedding failed (model missing, endpoint unreachable, …)."""
 
 
+class DenseUnavailable(WikiragError):
+    """The Qdrant server of the dense layer did not answer or refused the request (queries then search
+    with BM25 only, and say so)."""
+
+
 class DenseMismatch(WikiragError):
     """A query vector from one embedding model was used against a layer built with another."""
 

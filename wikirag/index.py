@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, chunkfile, store
+from . import dense as dense_mod
 from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, encode, saved_tokens, tokenize, words_of
 from .chunking import ENCODING_NAME, MAX_BLOCKS, SECTION_RULES, chunk_markdown, count_blocks
@@ -56,6 +57,7 @@ class BuildReport:
     skipped: list[Skipped]
     seconds: float
     build_id: str
+    warnings: list[str] = field(default_factory=list)  # e.g. the dense layer not uploaded to a Qdrant server
 
 
 @dataclass(frozen=True)
@@ -356,8 +358,10 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             wiki, folder, chunks, got, before, known, manifest, started, [*previous, *vector_sources], progress))
         # the previous build stays for readers that have just read CURRENT, if it was a valid one
         store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id and prev is not None else set()))
+        warnings = dense_mod.upload(wiki.name, build_id, store.build_folder(wiki, build_id) / "dense",
+                                    manifest.get("dense"), progress)
         return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
-                           time.perf_counter() - started, build_id)
+                           time.perf_counter() - started, build_id, warnings)
 
 
 def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Chunk], PageLinks | None]:

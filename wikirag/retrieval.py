@@ -27,7 +27,7 @@ from .access import Level
 from .bm25 import tokenize
 from .cache import DEFAULT_CACHE, Composed, IndexCache
 from .composition import Composition
-from .errors import AccessDenied, CompositionError, EmbeddingError, IndexMissing, NotFound, QueryError
+from .errors import AccessDenied, CompositionError, DenseUnavailable, EmbeddingError, IndexMissing, NotFound, QueryError
 from .fusion import Candidates, Fused
 from .graph import ComposedGraph
 from .passage import Contribution, Passage
@@ -169,15 +169,18 @@ def _dense_rows(question: str, indexes: list[LoadedIndex], depth: int, warnings:
             warnings.append(f"dense layer of {names} unavailable ({exc}): {fallback}")
             continue
         for w in members:
-            vectors[w] = vector
             idx = indexes[w]
             dense_store = dense.store()
-            dense_store.ensure(idx.wiki, idx.build_id, idx.folder / "dense", idx.dense)
             try:  # of exactly this build, whose passages this query holds
+                dense_store.ensure(idx.wiki, idx.build_id, idx.folder / "dense", idx.dense)
                 ids, scores = dense_store.search(idx.wiki, vector, idx.dense.model_id, depth, build_id=idx.build_id)
             except KeyError:  # two newer builds were loaded meanwhile: this query's build is gone
                 warnings.append(f"dense layer of {idx.wiki} skipped: a newer build was loaded meanwhile; ask again")
                 continue
+            except DenseUnavailable as exc:  # the Qdrant server is down: the wiki's BM25 list still answers
+                warnings.append(f"dense layer of {idx.wiki} unavailable ({exc}): {fallback}")
+                continue
+            vectors[w] = vector
             floor = _floor(comp, idx)
             if floor is not None and (not len(scores) or scores[0] < floor):
                 continue  # nearest neighbours always exist: a wiki's list counts only if its best is near enough
@@ -207,7 +210,7 @@ def _rerank(fused: list[Fused], view: Composed, vectors: dict[int, np.ndarray]) 
         try:
             sims = store.similarity(idx.wiki, vectors[w], np.array([fused[i].id for i in members]),
                                     build_id=idx.build_id)
-        except KeyError:  # a newer build was loaded meanwhile: keep the fused order
+        except (KeyError, DenseUnavailable):  # a newer build was loaded meanwhile, or the server is down
             return fused
         cosine.update(zip(members, sims.tolist()))
     score = {i: cosine[i] + RERANK_RANK / (i + 1) for i in movable}

@@ -79,9 +79,11 @@ def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
                    f"{len(report.skipped)} skipped, {report.seconds:.2f} s")
         for skip in report.skipped:
             click.echo(f"  skipped {skip.path}: {skip.reason}")
+        for warning in report.warnings:
+            click.echo(f"  warning: {warning}", err=True)
     return {"wiki": wiki.name, "state": report.state, "files": report.files, "chunks": report.chunks,
             "rechunked": report.rechunked, "seconds": round(report.seconds, 3), "build_id": report.build_id,
-            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped]}
+            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped], "warnings": report.warnings}
 
 
 @click.command()

@@ -294,6 +294,8 @@ def show_build(job: background.Job) -> None:
     else:
         st.status(f"{job.wiki}: {job.state} — {job.files} files, {job.chunks} chunks, {job.seconds:.1f} s "
                   f"(ended {time.strftime('%H:%M:%S', time.localtime(job.ended))})", state="complete")
+        for warning in job.warnings:
+            st.warning(warning)
 
 
 if "wiki" in params and "path" in params:
