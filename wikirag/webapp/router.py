@@ -7,8 +7,8 @@ registered by absolute path (see :mod:`wikirag.webapp`).
 Before sign-in a visitor gets the sign-in page and nothing else, whatever the URL: the sign-in page is
 registered at ``/`` and also at each of the app's page URLs (``/chat``, ``/compare``, ``/portal``,
 ``/signin``), so ``/portal?wiki=…`` shows the sign-in form there (and, once signed in, the same URL serves
-the portal page; ``/signin`` then goes to ``/``). Any other URL gets the sign-in page too, with Streamlit's
-generic "page not found" notice (as it would signed in). Streamlit's own page navigation is never shown
+the portal page; ``/signin`` then goes to ``/chat``; ``/`` serves the chat too). Any other URL gets the
+sign-in page too, with Streamlit's generic "page not found" notice (as it would signed in). Streamlit's own page navigation is never shown
 (``position="hidden"``, and ``[client] showSidebarNavigation = false`` in the settings, which also hides
 the list of a checkout's ``pages/`` folder that Streamlit would otherwise send on a process's first run);
 signed-in users get the page links in the sidebar (:func:`wikirag.webapp.ui.sidebar`).
@@ -44,10 +44,14 @@ def main() -> None:
             + [st.Page(signin, title="Sign in", icon=":material/login:", url_path=name) for name in SIGNED_OUT_URLS],
             position="hidden")
     else:
-        pages = [st.Page(page_file(name), title=title, icon=icon, default=i == 0)
-                 for i, (name, title, icon) in enumerate(APP_PAGES)]
+        pages = [st.Page(page_file(name), title=title, icon=icon, url_path=name) for name, title, icon in APP_PAGES]
+        # the first page is served at / by a hidden default page of the same script: Streamlit serves a
+        # default page at / only, so /chat (a bookmark, the URL a visitor signed in at, a second app process
+        # reached with the session cookie) would be "page not found" (its url_path only reserves a name)
+        name, title, icon = APP_PAGES[0]
+        home = st.Page(page_file(name), title=title, icon=icon, default=True, url_path="home", visibility="hidden")
         signed_in = st.Page(page_file("signin"), title="Sign in", url_path="signin", visibility="hidden")
-        page = st.navigation([*pages, signed_in], position="hidden")
+        page = st.navigation([home, *pages, signed_in], position="hidden")
         if page.url_path == signed_in.url_path:  # signed in at /signin: go to the app
             st.switch_page(pages[0])
         ui.sidebar(user, pages)
