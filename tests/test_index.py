@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import asdict
@@ -253,3 +254,48 @@ def index_mod_files_changed(wiki, loaded) -> list[str]:
 
     stats = loaded.chunks.source_stats(range(len(loaded.chunks)))
     return files_changed(wiki, stats, stats)
+
+
+def test_bad_pages_among_many_are_skipped_listed_by_build_and_check_and_the_rest_is_built(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """One bad record never stops the work: of 300 pages, one not UTF-8, one binary and one unreadable are
+    skipped with their reasons (build, its --json, and check, which lists at most SKIPPED_SHOWN per wiki);
+    the other 297 are searchable."""
+    from click.testing import CliRunner
+
+    from wikirag import checks
+    from wikirag.cli import cli
+
+    pages: dict[str, bytes | str] = {f"p{i:03d}.md": f"# Page {i}\n\nNotes on bed {i}: compost and mulch, watered weekly.\n"
+                                     for i in range(297)}
+    pages["latin1.md"] = "# Caf\xe9\n\nNot UTF-8 at all.\n".encode("latin-1")
+    pages["binary.md"] = b"# Bin\n\x00\x01\x02"
+    pages["locked.md"] = "# Locked\n\nNobody may read this file.\n"
+    make_wiki(tmp_path, "many", pages)
+    (tmp_path / "rags").mkdir()
+    (tmp_path / "rags/many.yaml").write_text("sensitivity: public\nwikis: [many]\n")
+    (tmp_path / "wikis/many/locked.md").chmod(0)
+    if os.access(tmp_path / "wikis/many/locked.md", os.R_OK):  # root reads it anyway: make it a dangling link
+        (tmp_path / "wikis/many/locked.md").unlink()
+        (tmp_path / "wikis/many/locked.md").symlink_to(tmp_path / "wikis/many/gone.md")
+    run = CliRunner().invoke
+    built = run(cli, ["--home", str(tmp_path), "build", "many", "--json"])
+    assert built.exit_code == 0, built.output
+    report = json.loads(built.stdout)["built"][0]
+    assert report["files"] == 297
+    reasons = {s["path"]: s["reason"] for s in report["skipped"]}
+    assert reasons["latin1.md"] == "not UTF-8 (byte 5): convert it to UTF-8"
+    assert reasons["binary.md"] == "binary file (contains NUL bytes)"
+    assert "locked.md" in reasons
+    ws = Workspace(tmp_path)
+    assert search(ws, "many", "bed 123 compost", clearance="public").passages[0].path == "p123.md"
+    checked = run(cli, ["--home", str(tmp_path), "check"])
+    assert checked.exit_code == 0  # notes, not problems
+    assert "wiki 'many': latin1.md is skipped: not UTF-8 (byte 5): convert it to UTF-8" \
+        in checked.stderr
+    assert "wiki 'many': binary.md is skipped: binary file" in checked.stderr
+    assert "wiki 'many': locked.md is skipped: cannot read" in checked.stderr
+    monkeypatch.setattr(checks, "SKIPPED_SHOWN", 1)
+    notes = checks.run(ws).notes
+    assert "wiki 'many': binary.md is skipped: binary file (contains NUL bytes)" in notes
+    assert "wiki 'many': 2 more page(s) skipped: 'wikirag build many --json' lists every one" in notes
