@@ -278,3 +278,46 @@ def test_a_read_only_workspace_still_signs_in(tmp_path: Path) -> None:
     assert token  # signed in for this browser session; a reload will ask again
     store.remember("ana", "chat", "team")  # not kept, and no error
     assert store.recall("ana", "chat") is None
+
+
+SIGN_INS = """
+import sys, time
+from pathlib import Path
+from wikirag.sessions import SessionStore
+from wikirag.users import User
+from wikirag.access import Level
+home, tag, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+store = SessionStore(home)
+while time.time() < start:
+    time.sleep(0.001)
+for i in range(40):
+    token, _ = store.start(User(f"{tag}{i}", Level.PUBLIC))
+    print(token, flush=True)
+    store.remember(f"{tag}{i}", "chat", f"comp-{tag}{i}")
+"""
+
+
+def test_two_app_processes_signing_in_at_once_lose_no_session(tmp_path: Path) -> None:
+    """Two processes (two app processes over one workspace) start 40 sessions each at the same moment:
+    every one of the 80 is valid afterwards (no read-modify-write of sessions.json overwrites another's),
+    and every remembered choice is kept."""
+    import subprocess
+    import sys
+    import time
+
+    from wikirag.sessions import SessionStore
+
+    hashed = bcrypt.hashpw(b"a-long-password", bcrypt.gensalt(rounds=4)).decode()  # 80 accounts, one hash
+    (tmp_path / "users.yaml").write_text("users:\n" + "".join(
+        f"  {tag}{i}: {{password: '{hashed}', clearance: public}}\n" for tag in "pq" for i in range(40)))
+    users = UserStore(tmp_path / "users.yaml")
+    start = time.time() + 2
+    procs = [subprocess.Popen([sys.executable, "-c", SIGN_INS, str(tmp_path), tag, str(start)],
+                              stdout=subprocess.PIPE, text=True) for tag in "pq"]
+    tokens = [line.strip() for p in procs for line in p.communicate(timeout=120)[0].splitlines()]
+    assert [p.returncode for p in procs] == [0, 0] and len(tokens) == 80
+    store = SessionStore(tmp_path)
+    signed_in = [store.user(token, users) for token in tokens]
+    assert sum(s is not None for s in signed_in) == 80
+    assert {s[0].name for s in signed_in if s} == {f"{tag}{i}" for tag in "pq" for i in range(40)}
+    assert all(store.recall(f"{tag}{i}", "chat") == f"comp-{tag}{i}" for tag in "pq" for i in range(40))

@@ -3,7 +3,8 @@
 A password sign-in creates a session: a random token (``secrets.token_urlsafe``, 256 bits) that the
 browser keeps in a cookie, and on the server the token's SHA-256 with the user's name and the session's
 start and end (:data:`SESSION_HOURS` later), in ``<workspace>/.sessions/sessions.json`` (mode 0600,
-written atomically). The browser holds nothing but the token: no name, clearance or password. A new page
+written atomically, each change a read-modify-write under the file's ``flock``, :mod:`wikirag.filestore`:
+several app processes over one workspace sign users in at once and lose no session). The browser holds nothing but the token: no name, clearance or password. A new page
 load (a reload, a second tab, a shared link) sends the cookie and :meth:`SessionStore.user` turns it back
 into the user, with the clearance and build right of the account *as it is now* (an account removed or
 changed since applies at once). Signing out ends every session of that user, in every browser; an expired
@@ -23,16 +24,15 @@ import logging
 import os
 import secrets
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from . import filestore
 from .errors import WikiragError
 from .users import User, UserStore
 
 SESSION_HOURS = 8
 COOKIE = "wikirag_session"
-_lock = threading.Lock()
 log = logging.getLogger("wikirag.webapp")
 
 
@@ -70,14 +70,14 @@ class SessionStore:
     def start(self, user: User) -> tuple[str, float]:
         """A new session for ``user``: (the token for the browser, the time it started)."""
         token, now = secrets.token_urlsafe(32), time.time()
-        with _lock:
-            data = {k: v for k, v in self._read().items() if isinstance(v, dict) and v.get("ends", 0) > now}
-            data[_digest(token)] = {"user": user.name, "started": now, "ends": now + self.seconds}
-            try:
+        try:
+            with filestore.locked(self.path):
+                data = {k: v for k, v in self._read().items() if isinstance(v, dict) and v.get("ends", 0) > now}
+                data[_digest(token)] = {"user": user.name, "started": now, "ends": now + self.seconds}
                 self._write(data)
-            except OSError as exc:  # a read-only workspace: signed in for this browser session only
-                log.warning("sign-in sessions cannot be kept in %s (%s): a reload signs %s out",
-                            self.path.parent, exc.strerror or exc, user.name)
+        except OSError as exc:  # a read-only workspace: signed in for this browser session only
+            log.warning("sign-in sessions cannot be kept in %s (%s): a reload signs %s out",
+                        self.path.parent, exc.strerror or exc, user.name)
         return token, now
 
     def user(self, token: str | None, users: UserStore) -> tuple[User, float] | None:
@@ -98,7 +98,7 @@ class SessionStore:
 
     def end_all(self, name: str) -> int:
         """End every session of user ``name`` (sign-out ends it in every browser); how many there were."""
-        with _lock:
+        with filestore.locked(self.path):
             data = self._read()
             kept = {k: v for k, v in data.items()
                     if isinstance(v, dict) and v.get("user") != name and v.get("ends", 0) > time.time()}
@@ -121,20 +121,20 @@ class SessionStore:
 
     def remember(self, name: str, what: str, value: object) -> None:
         """Keep user ``name``'s choice of ``what`` (written only when it changed)."""
-        with _lock:
-            path = self._choices_path()
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                data = {}
-            if not isinstance(data, dict):
-                data = {}
-            if not isinstance(data.get(name), dict):
-                data[name] = {}
-            if data[name].get(what) == value:
-                return
-            data[name][what] = value
-            try:
+        path = self._choices_path()
+        try:
+            with filestore.locked(path):
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    data = {}
+                if not isinstance(data, dict):
+                    data = {}
+                if not isinstance(data.get(name), dict):
+                    data[name] = {}
+                if data[name].get(what) == value:
+                    return
+                data[name][what] = value
                 self._write(data, path)
-            except OSError as exc:  # a read-only workspace: the choice is not kept, nothing else fails
-                log.warning("choices cannot be kept in %s (%s)", path.parent, exc.strerror or exc)
+        except OSError as exc:  # a read-only workspace: the choice is not kept, nothing else fails
+            log.warning("choices cannot be kept in %s (%s)", path.parent, exc.strerror or exc)
