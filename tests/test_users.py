@@ -321,3 +321,26 @@ def test_two_app_processes_signing_in_at_once_lose_no_session(tmp_path: Path) ->
     assert sum(s is not None for s in signed_in) == 80
     assert {s[0].name for s in signed_in if s} == {f"{tag}{i}" for tag in "pq" for i in range(40)}
     assert all(store.recall(f"{tag}{i}", "chat") == f"comp-{tag}{i}" for tag in "pq" for i in range(40))
+
+
+def test_failed_sign_ins_are_counted_across_app_processes(tmp_path: Path) -> None:
+    """The workspace's throttle file is shared: 3 failed tries in this process and 2 in another process
+    use up the 5 a user name has, so the 6th is refused in either; a right password clears the count."""
+    import subprocess
+    import sys
+
+    hashed = bcrypt.hashpw(b"a-long-password", bcrypt.gensalt(rounds=4)).decode()
+    (tmp_path / "users.yaml").write_text(f"users:\n  ana: {{password: '{hashed}', clearance: internal}}\n")
+    one = UserStore.for_home(tmp_path)
+    for _ in range(3):
+        with pytest.raises(AuthError, match="wrong user name or password"):
+            one.authenticate("ana", "wrong", client="browser-1")
+    other = ("import sys; from pathlib import Path; from wikirag.users import UserStore; from wikirag.errors import "
+             "AuthError\nstore = UserStore.for_home(Path(sys.argv[1]))\nfor _ in range(2):\n    try:\n"
+             "        store.authenticate('ana', 'wrong', client='browser-2')\n    except AuthError as e:\n"
+             "        print(e)\n")
+    done = subprocess.run([sys.executable, "-c", other, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.count("wrong user name or password") == 2, done.stderr
+    with pytest.raises(AuthError, match="too many failed sign-ins"):
+        UserStore.for_home(tmp_path).authenticate("ana", "a-long-password", client="browser-3")
+    assert ((tmp_path / ".sessions" / "throttle.json").stat().st_mode & 0o077) == 0

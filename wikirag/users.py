@@ -28,6 +28,7 @@ once cannot get past the limit. Sign-ins expire (the app's ``SESSION_HOURS``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import threading
@@ -40,6 +41,7 @@ import bcrypt
 import yaml
 from pydantic import Field, field_validator
 
+from . import filestore
 from .access import Level
 from .config import StrictModel, load_model
 from .errors import AccountError, AuthError, ConfigError
@@ -55,6 +57,7 @@ FAILURE_WINDOW = 600.0  # seconds
 MAX_TRACKED_KEYS = 10_000  # beyond this many keys, expired ones are forgotten
 MAX_PASSWORD_BYTES = 72  # bcrypt reads no more than this (bcrypt 5 raises beyond it)
 MIN_COOKIE_SECRET = 32
+log = logging.getLogger("wikirag.users")
 
 
 def demo_mode() -> bool:
@@ -69,13 +72,45 @@ class LoginThrottle:
     Check and count are one step: :meth:`reserve` counts a try *before* the password is checked, under the
     lock, so however many tries arrive at once, at most ``limit`` of them reach the password check. A try
     that succeeds gives its reservation back (:meth:`succeeded`); one that fails keeps it, as the failure.
+
+    With ``path`` (the workspace's ``.sessions/throttle.json``, as :meth:`UserStore.for_home` sets it), the
+    tries are kept in that file, each step a read-modify-write under its ``flock``
+    (:mod:`wikirag.filestore`), with wall-clock times: several app processes over one workspace share one
+    count, so a proxy spreading an attacker's tries over N processes does not give N times the limit.
     """
 
     def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW,
-                 address_limit: int = MAX_ADDRESS_FAILURES, clock: Callable[[], float] = time.monotonic):
-        self.limit, self.window, self.address_limit, self.clock = limit, window, address_limit, clock
+                 address_limit: int = MAX_ADDRESS_FAILURES, clock: Callable[[], float] | None = None,
+                 path: Path | None = None):
+        self.limit, self.window, self.address_limit = limit, window, address_limit
+        self.clock = clock or (time.time if path is not None else time.monotonic)
+        self.path = path
         self._tries: dict[str, list[float]] = {}
         self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _held(self):
+        """The lock of the tries (and with a file, the tries read from it first and written back after)."""
+        with self._lock, contextlib.ExitStack() as stack:
+            data = None
+            if self.path is not None:
+                try:
+                    stack.enter_context(filestore.locked(self.path))
+                    data = filestore.read_json(self.path, {})
+                except OSError as exc:  # a read-only workspace: this process counts alone
+                    log.warning("sign-in tries cannot be shared in %s (%s): counted per process", self.path,
+                                exc.strerror or exc)
+                    self.path = None
+            if data is not None:
+                self._tries = {k: [float(t) for t in v] for k, v in data.items()
+                               if isinstance(v, list)} if isinstance(data, dict) else {}
+            before = repr(self._tries)
+            yield
+            if data is not None and repr(self._tries) != before:
+                try:
+                    filestore.write_json(self.path, self._tries)
+                except OSError as exc:
+                    log.warning("sign-in tries cannot be kept in %s (%s)", self.path, exc.strerror or exc)
 
     def _limit(self, key: str) -> int:
         return self.address_limit if key.startswith("address:") else self.limit
@@ -84,7 +119,7 @@ class LoginThrottle:
         """Count one try against every key, or raise :class:`AuthError` (counting nothing) if any key has
         used up its limit. Returns the try's token, for :meth:`succeeded` or :meth:`release`."""
         now = self.clock()
-        with self._lock:
+        with self._held():
             if len(self._tries) > MAX_TRACKED_KEYS:  # forget keys whose tries have all expired
                 self._tries = {k: v for k, v in self._tries.items() if v and now - v[-1] < self.window}
             for key in keys:
@@ -99,7 +134,7 @@ class LoginThrottle:
 
     def release(self, token: float, *keys: str) -> None:
         """Give a try's reservation back (it neither failed nor succeeded, e.g. the users file is broken)."""
-        with self._lock:
+        with self._held():
             for key in keys:
                 with contextlib.suppress(ValueError):
                     self._tries.get(key, []).remove(token)
@@ -107,9 +142,11 @@ class LoginThrottle:
     def succeeded(self, token: float, user_key: str, *keys: str) -> None:
         """A try succeeded: the user name's failures are cleared; the other keys (the client's) only get
         this try back, so signing in to an account of one's own does not reset a client's failures."""
-        with self._lock:
+        with self._held():
             self._tries.pop(user_key, None)
-        self.release(token, *keys)
+            for key in keys:
+                with contextlib.suppress(ValueError):
+                    self._tries.get(key, []).remove(token)
 
 
 @dataclass(frozen=True)
@@ -187,10 +224,11 @@ class UserStore:
         """``$WIKIRAG_USERS``, else ``users.yaml`` in the workspace; in demo mode with neither, the demo
         accounts."""
         chosen = os.environ.get(USERS_ENV)
+        throttle = LoginThrottle(path=Path(home) / ".sessions" / "throttle.json")  # shared by the app's processes
         if chosen:
-            return cls(Path(chosen))
+            return cls(Path(chosen), throttle)
         local = home / "users.yaml"
-        return cls(DEMO_USERS if demo_mode() and not local.is_file() else local)
+        return cls(DEMO_USERS if demo_mode() and not local.is_file() else local, throttle)
 
     @property
     def is_demo(self) -> bool:
