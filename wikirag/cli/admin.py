@@ -43,7 +43,8 @@ def app(ctx, port, address, demo, watch):
     command = [sys.executable, "-m", "streamlit", "run", str(ROUTER), "--server.port", str(port),
                "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
                "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
-               "--client.showErrorDetails", "none", "--client.showSidebarNavigation", "false"]
+               "--client.showErrorDetails", "none", "--client.showSidebarNavigation", "false",
+               "--runner.postScriptGC", "false"]
     click.echo(f"wikirag app on http://{address}:{port} (workspace {ws.home}); Ctrl-C stops it", err=True)
     env = {**os.environ, "WIKIRAG_HOME": str(ws.home)}
     if demo:

@@ -61,27 +61,46 @@ def _delete(conv_id: str) -> None:
         _new()
 
 
+# the sidebar's conversations and the conversation's caption are filled at the end of the run (finish), so
+# that a turn answered in this run is in them (its new title, its count, the export) without running the
+# page a second time: under load that second run was half of the app's work per question
 with st.sidebar:
-    st.subheader("Conversations")
-    st.button("New conversation", icon=":material/add:", on_click=_new, key="conv-new", width="stretch")
-    for summary in store.conversations(user.name, ws, user.clearance):
-        here = summary.id == current
-        st.button(summary.title, key=f"conv-{summary.id}", on_click=_open, args=(summary.id,), disabled=here,
-                  icon=":material/chat_bubble:" if here else None, width="stretch")
-    if kept is not None:
-        with st.expander("This conversation"):
-            st.text_input("Title", value=kept.title, key=f"rename-{kept.id}", on_change=_rename, args=(kept.id,))
-            st.download_button("Export as markdown", store.export_markdown(ws, user.name, user.clearance, kept.id),
-                               file_name=f"conversation-{kept.id}.md", mime="text/markdown", key="conv-export",
-                               icon=":material/download:")
-            st.button("Delete", key="conv-delete", on_click=_delete, args=(kept.id,), icon=":material/delete:")
+    panel = st.container()
 
+
+def finish() -> None:
+    """Fill the sidebar's conversations and the caption from the conversation as it is now (call before
+    every st.stop and at the end of the run)."""
+    now = kept
+    if current and (kept is None or kept.id != current or answered):
+        try:
+            now = store.load(ws, user.name, user.clearance, current)
+        except NotFound:
+            now = None
+    if now is not None:
+        caption.caption(f"Conversation: **{now.title}** · {len([t for t in now.turns if not t.hidden])} turn(s)")
+    with panel:
+        st.subheader("Conversations")
+        st.button("New conversation", icon=":material/add:", on_click=_new, key="conv-new", width="stretch")
+        for summary in store.conversations(user.name, ws, user.clearance):
+            here = summary.id == current
+            st.button(summary.title, key=f"conv-{summary.id}", on_click=_open, args=(summary.id,), disabled=here,
+                      icon=":material/chat_bubble:" if here else None, width="stretch")
+        if now is not None:
+            with st.expander("This conversation"):
+                st.text_input("Title", value=now.title, key=f"rename-{now.id}", on_change=_rename, args=(now.id,))
+                st.download_button("Export as markdown", store.export_markdown(ws, user.name, user.clearance, now.id),
+                                   file_name=f"conversation-{now.id}.md", mime="text/markdown", key="conv-export",
+                                   icon=":material/download:")
+                st.button("Delete", key="conv-delete", on_click=_delete, args=(now.id,), icon=":material/delete:")
+
+
+answered = False
 if "chat-error" in st.session_state:
     st.error(st.session_state.pop("chat-error"))
 
 st.title("Chat")
-if kept is not None:
-    st.caption(f"Conversation: **{kept.title}** · {len([t for t in kept.turns if not t.hidden])} turn(s)")
+caption = st.empty()
 left, right = st.columns([2, 1])
 options = [*compositions, ADHOC]
 wanted = kept.composition if kept is not None and kept.composition in compositions else last
@@ -97,6 +116,7 @@ if choice == ADHOC:
     picked = st.multiselect("Wikis", names, default=names[:1])
     if not picked:
         st.info("Pick at least one wiki.")
+        finish()
         st.stop()
     target = ws.adhoc(picked, user.clearance)
     level = target.level
@@ -121,17 +141,24 @@ def show_turn(conv_id: str, turn) -> None:
         st.markdown(result.question)
     with st.chat_message("assistant"):
         st.markdown(result.text)
-        if result.searched and result.searched != result.question:
-            st.caption(f"Searched: {result.searched}")
-        ui.show_result(result, f"turn-{turn.id}")
-        with st.container(key=f"feedback-{turn.id}", horizontal=True):
-            kept_vote = {"up": 1, "down": 0}.get(turn.feedback or "")
-            vote = st.feedback("thumbs", key=f"thumbs-{turn.id}", default=kept_vote, on_change=_vote,
-                               args=(conv_id, turn))
-            if vote is not None:
-                st.text_input("Comment (optional)", value=turn.comment or "", key=f"comment-{turn.id}",
-                              on_change=_vote, args=(conv_id, turn), label_visibility="collapsed",
-                              placeholder="What was wrong or missing? (optional, Enter to send)")
+        show_below(conv_id, turn)
+
+
+def show_below(conv_id: str, turn) -> None:
+    """What an answer's text is followed by: the question it was searched as, the citations and passages,
+    the thumbs and comment."""
+    result = turn.result
+    if result.searched and result.searched != result.question:
+        st.caption(f"Searched: {result.searched}")
+    ui.show_result(result, f"turn-{turn.id}")
+    with st.container(key=f"feedback-{turn.id}", horizontal=True):
+        kept_vote = {"up": 1, "down": 0}.get(turn.feedback or "")
+        vote = st.feedback("thumbs", key=f"thumbs-{turn.id}", default=kept_vote, on_change=_vote,
+                           args=(conv_id, turn))
+        if vote is not None:
+            st.text_input("Comment (optional)", value=turn.comment or "", key=f"comment-{turn.id}",
+                          on_change=_vote, args=(conv_id, turn), label_visibility="collapsed",
+                          placeholder="What was wrong or missing? (optional, Enter to send)")
 
 
 if kept is not None:
@@ -152,15 +179,21 @@ if question:
                                 user=user.name, history=kept.history(at_most=level) if kept is not None else [])
         except WikiragError as exc:
             st.error(str(exc))
+            finish()
             st.stop()
         st.write_stream(stream)
         result = stream.result
-    try:
-        if current is None:
-            raise NotFound("no conversation yet")
-        store.add_turn(user.name, current, result, level)
-    except NotFound:  # the first turn, or the conversation was deleted in another tab: a new one
-        current = store.new(user.name, choice if choice != ADHOC else target.name)
-        store.add_turn(user.name, current, result, level)
-    _open(current)
-    st.rerun()  # shown from the kept conversation, with its feedback buttons and the sidebar's new title
+        try:
+            if current is None:
+                raise NotFound("no conversation yet")
+            turn_id = store.add_turn(user.name, current, result, level)
+        except NotFound:  # the first turn, or the conversation was deleted in another tab: a new one
+            current = store.new(user.name, choice if choice != ADHOC else target.name)
+            turn_id = store.add_turn(user.name, current, result, level)
+        _open(current)
+        answered = True
+        # the kept turn's citations and feedback, here: the next run shows it from the conversation, the same
+        turn = next((t for t in store.load(ws, user.name, user.clearance, current).turns if t.id == turn_id), None)
+        if turn is not None and not turn.hidden:
+            show_below(current, turn)
+finish()
