@@ -130,3 +130,24 @@ def test_a_citation_reached_over_a_link_says_which_link_under_the_citations(app_
     assert "400 connections" in direct.markdown[0].value and _citations(direct)
     shown = [c.value for c in direct.children.values() if c.type == "caption" and "Reached through" in c.value]
     assert not [c for c in shown if c.endswith("→ northwind-systems/services/cobalt-db.md")], shown
+
+
+def test_a_long_conversation_shows_its_last_turns_and_the_earlier_ones_on_request(app_home: Path) -> None:
+    """Every page run draws every turn shown, so a conversation of 25 turns shows its last 20 and a button
+    for the 5 before them; the export still holds all 25."""
+    from wikirag.answers import answer
+
+    user = PUBLIC.__class__("chat-long", PUBLIC.clearance)
+    ws, store = Workspace(app_home), ConversationStore(app_home)
+    conv = store.new(user.name, "public-help")
+    for i in range(25):
+        result = answer(ws, "public-help", f"How long does cold brew keep? ({i})", clearance=user.clearance,
+                        model="extractive").result
+        store.add_turn(user.name, conv, result, "public")
+    at = _app(app_home, user, "pages/chat.py")
+    assert len(at.chat_message) == 40
+    assert at.chat_message[0].markdown[0].value == "How long does cold brew keep? (5)"
+    button = next(b for b in at.button if b.label == "Show 5 earlier turns")
+    button.click().run()
+    assert len(at.chat_message) == 50 and at.chat_message[0].markdown[0].value == "How long does cold brew keep? (0)"
+    assert store.export_markdown(ws, user.name, user.clearance, conv).count("## How long does cold brew keep?") == 25

@@ -21,6 +21,7 @@ user = ui.require_user()
 ws = ui.workspace()
 store = ui.conversation_store()
 ADHOC = "Ad hoc: pick wikis…"
+SHOWN_TURNS = 20  # turns of a conversation drawn on each run; "Show N earlier turns" draws them all
 # offered first: the user's last choice, else the workspace's default for their clearance (catalog.preferred)
 last = ui.session_store().recall(user.name, "chat")
 compositions = {c.name: c for c in catalog.preferred(catalog.visible_compositions(ws, user.clearance))}
@@ -164,9 +165,14 @@ def show_below(conv_id: str, turn) -> None:
 if kept is not None:
     if kept.note:
         st.info(kept.note)
-    for turn in kept.turns:
-        if not turn.hidden:
-            show_turn(kept.id, turn)
+    shown = [turn for turn in kept.turns if not turn.hidden]
+    earlier = 0 if st.session_state.get(f"all-turns-{kept.id}") else max(0, len(shown) - SHOWN_TURNS)
+    if earlier:  # every run draws every turn shown: a long conversation shows its last SHOWN_TURNS
+        st.button(f"Show {earlier} earlier turn{'s' if earlier > 1 else ''}", key=f"earlier-{kept.id}",
+                  icon=":material/expand_less:", on_click=st.session_state.__setitem__,
+                  args=(f"all-turns-{kept.id}", True))
+    for turn in shown[earlier:]:
+        show_turn(kept.id, turn)
 
 question = st.chat_input("Ask a question")
 if question:
