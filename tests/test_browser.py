@@ -123,6 +123,16 @@ def _sign_in(page, name: str) -> None:
     expect(page.get_by_text("Signed in as")).to_be_visible(timeout=30_000)
 
 
+def _thumbs_down(page, message, comment: str) -> None:
+    """Thumbs down on the answer ``message`` of ``page``, with ``comment`` sent by Enter."""
+    message.locator('[data-testid="stFeedbackButton"]').nth(1).click()
+    box = page.get_by_placeholder("What was wrong or missing?")
+    box.wait_for(timeout=30_000)
+    box.fill(comment)
+    box.press("Enter")
+    page.wait_for_timeout(1500)
+
+
 def test_sign_in_ask_and_open_a_citation(app_url: str, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -234,13 +244,7 @@ def test_a_conversation_follow_up_reload_feedback_and_the_gaps_view(app_url: str
         expect(page.get_by_text("Searched: How long do I leave it to steep? (French press)")).to_be_visible()
         expect(page.get_by_role("button", name="How much coffee goes into a French press?")).to_be_visible()
         # thumbs down on the follow-up, with a comment
-        thumbs = page.locator('[data-testid="stChatMessage"]').nth(3).locator('[data-testid="stFeedbackButton"]')
-        thumbs.nth(1).click()
-        comment = page.get_by_placeholder("What was wrong or missing?")
-        comment.wait_for(timeout=30_000)
-        comment.fill("Say how long it settles too")
-        comment.press("Enter")
-        page.wait_for_timeout(1500)
+        _thumbs_down(page, page.locator('[data-testid="stChatMessage"]').nth(3), "Say how long it settles too")
         # the wiki's gaps view lists it, for a user cleared for the wiki
         page.goto(f"{app_url}/portal?wiki=brewing&gaps=1")
         gaps = page.locator(".st-key-gaps")

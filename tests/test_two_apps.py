@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_browser import CHROMIUM, FLAGS, _serve, _sign_in
+from .test_browser import CHROMIUM, FLAGS, _serve, _sign_in, _thumbs_down
 
 QUESTION = "When are SEV1 action items due?"
 NEW_FACT = "The quarterly failover drill of the incident bridge runs on the first Thursday of March."
@@ -60,12 +60,7 @@ def test_two_app_processes_share_sign_ins_conversations_feedback_and_rebuilds(sh
         expect(turns).to_have_count(2, timeout=30_000)
         expect(turns.nth(1)).to_contain_text("30 days")
         # feedback given on the second process …
-        turns.nth(1).locator('[data-testid="stFeedbackButton"]').nth(1).click()
-        comment = b.get_by_placeholder("What was wrong or missing?")
-        comment.wait_for(timeout=30_000)
-        comment.fill("Name the SEV2 deadline too")
-        comment.press("Enter")
-        b.wait_for_timeout(1500)
+        _thumbs_down(b, turns.nth(1), "Name the SEV2 deadline too")
         # … is in the first one's gaps view of the wiki that answered
         a.goto(f"{one}/portal?wiki=engineering-handbook&gaps=1")
         expect(a.locator(".st-key-gaps")).to_contain_text("Name the SEV2 deadline too", timeout=30_000)

@@ -73,7 +73,7 @@ def finish() -> None:
     """Fill the sidebar's conversations and the caption from the conversation as it is now (call before
     every st.stop and at the end of the run)."""
     now = kept
-    if current and (kept is None or kept.id != current or answered):
+    if current and (kept is None or kept.id != current):
         try:
             now = store.load(ws, user.name, user.clearance, current)
         except NotFound:
@@ -96,7 +96,6 @@ def finish() -> None:
                 st.button("Delete", key="conv-delete", on_click=_delete, args=(now.id,), icon=":material/delete:")
 
 
-answered = False
 if "chat-error" in st.session_state:
     st.error(st.session_state.pop("chat-error"))
 
@@ -197,9 +196,10 @@ if question:
             current = store.new(user.name, choice if choice != ADHOC else target.name)
             turn_id = store.add_turn(user.name, current, result, level)
         _open(current)
-        answered = True
-        # the kept turn's citations and feedback, here: the next run shows it from the conversation, the same
-        turn = next((t for t in store.load(ws, user.name, user.clearance, current).turns if t.id == turn_id), None)
+        # the kept turn's citations and feedback, here (the next run shows it from the conversation, the same);
+        # the conversation as it is now also fills the sidebar and caption (finish)
+        kept = store.load(ws, user.name, user.clearance, current)
+        turn = next((t for t in kept.turns if t.id == turn_id), None)
         if turn is not None and not turn.hidden:
             show_below(current, turn)
 finish()
