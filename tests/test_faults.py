@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wikirag import BuildError, IndexMissing, Workspace, build, store, views
+from wikirag import BuildError, IndexMissing, Workspace, build, checked, store, views
 from wikirag import index as index_mod
 from wikirag.cache import IndexCache
 from wikirag.retrieval import search
@@ -61,9 +61,10 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
         wiki = two_wikis.wiki(name)
         folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
         files = sorted(p for p in folder.rglob("*") if p.is_file())
-        # every file of the build is checksummed in its manifest, and the manifest checksums itself
+        # every file of the build is checksummed in its manifest, and the manifest checksums itself; the
+        # build's stamp (checked.STAMP: which files were hashed, as they were then) only spares hashing
         checksummed = set(json.loads((folder / "manifest.json").read_text())["checksums"])
-        assert {p.relative_to(folder).as_posix() for p in files} == checksummed | {"manifest.json"}
+        assert {p.relative_to(folder).as_posix() for p in files} == checksummed | {"manifest.json", checked.STAMP}
         assert any(p.name == "vectors.npy" for p in files) == (name == "vectors")
         backup = folder.with_name("backup")
         shutil.copytree(folder, backup)
@@ -71,7 +72,9 @@ def test_every_damaged_index_file_is_detected(two_wikis: Workspace, how: str) ->
             _damage(path, how)
             damaged = f"damaged.*rebuild it with 'wikirag build {name}'"
             rel = path.relative_to(folder).as_posix()
-            if rel == "graph.json":  # read (and checked) when a query first follows links
+            if rel == checked.STAMP:  # a damaged stamp vouches for nothing: the files are hashed, and serve
+                assert len(store.load(wiki, with_bm25=True).bm25.tf) > 0
+            elif rel == "graph.json":  # read (and checked) when a query first follows links
                 with pytest.raises(IndexMissing, match=damaged):
                     store.load(wiki).graph  # noqa: B018
             elif rel.startswith("bm25/") and rel not in store.NOT_READ_BY_QUERIES:
@@ -185,3 +188,23 @@ def test_queries_from_eight_threads_while_rebuilds_swap_the_index(home: Path) ->
     print(f"\nqueries during 6 rebuilds: {counts}")
     assert counts["errors"] == 0 and counts["mixed"] == 0
     assert counts["A"] > 0 and counts["B"] > 0
+
+
+def test_a_stamp_spares_hashing_but_never_vouches_for_a_changed_file(two_wikis: Workspace) -> None:
+    """The build stamps its files (checked.STAMP), so a process maps them without hashing; a file changed
+    afterwards, even to the same size with its mtime set back, has a new ctime and is hashed: refused."""
+    wiki = two_wikis.wiki("alpha")
+    folder = wiki.index_dir / "builds" / store.current_build_id(wiki)
+    stamps = json.loads((folder / checked.STAMP).read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(stamps) == set(manifest["checksums"])  # every file, with the digest the manifest records
+    assert all(stamps[n][0] == manifest["checksums"][n] for n in stamps)
+    text = folder / "passages" / "text.bin"
+    before = os.stat(text)
+    data = bytearray(text.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    text.write_bytes(bytes(data))
+    os.utime(text, ns=(before.st_atime_ns, before.st_mtime_ns))  # same size, same mtime: only ctime moved
+    assert os.stat(text).st_size == before.st_size and os.stat(text).st_ctime_ns != before.st_ctime_ns
+    with pytest.raises(IndexMissing, match="passages/text.bin does not match its checksum"):
+        store.load(wiki)

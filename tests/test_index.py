@@ -299,3 +299,43 @@ def test_bad_pages_among_many_are_skipped_listed_by_build_and_check_and_the_rest
     notes = checks.run(ws).notes
     assert "wiki 'many': binary.md is skipped: binary file (contains NUL bytes)" in notes
     assert "wiki 'many': 2 more page(s) skipped: 'wikirag build many --json' lists every one" in notes
+
+
+def test_a_build_in_worker_processes_makes_the_same_index(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From index.PARALLEL_FILES changed files a build chunks and tokenises in a process per core: the
+    passages, the BM25 arrays and the records are those of a build in this process, fresh or incremental,
+    and a page that cannot be read is still skipped with its reason."""
+    from wikirag import index as index_mod
+
+    pages = {f"topic-{i:02d}.md": f"# Topic {i}\n\n" + f"Paragraph about item {i} and its care, watering and pruning. " * (i % 5 + 1)
+             for i in range(40)}
+    pages["bad.md"] = b"\xff\xfe not utf-8 \xff"
+    make_wiki(home, "serial", pages)
+    make_wiki(home, "pooled", pages)
+    ws = Workspace(home)
+
+    def index_of(name: str) -> tuple:
+        loaded = store.load(ws.wiki(name), with_bm25=True)
+        layer = loaded.bm25
+        return (list(loaded.chunks), layer.vocab, layer.data.tolist(), layer.indices.tolist(), layer.indptr.tolist(),
+                {p: (r["sha256"], r["chunks"], r["skipped"]) for p, r in store.read_files(loaded.folder).items()})
+
+    monkeypatch.setattr(index_mod, "PARALLEL_FILES", 10**9)
+    serial = build(ws.wiki("serial"))
+    monkeypatch.setattr(index_mod, "PARALLEL_FILES", 2)
+    pooled = build(ws.wiki("pooled"))
+    assert (pooled.chunks, pooled.rechunked) == (serial.chunks, serial.rechunked) == (serial.chunks, 41)
+    assert [s.path for s in pooled.skipped] == [s.path for s in serial.skipped] == ["bad.md"]
+    assert index_of("pooled") == index_of("serial")
+    for name in ("serial", "pooled"):  # an incremental build: two pages changed, one added
+        folder = home / "wikis" / name
+        (folder / "topic-03.md").write_text("# Topic 3\n\nNow about compost heaps and their turning schedule.\n")
+        (folder / "topic-07.md").write_text("# Topic 7\n\nNow about greenhouse vents opening at noon every day.\n")
+        (folder / "new.md").write_text("# New\n\nA new page about rainwater barrels under the gutter.\n")
+    monkeypatch.setattr(index_mod, "PARALLEL_FILES", 10**9)
+    assert build(ws.wiki("serial")).rechunked == 3
+    monkeypatch.setattr(index_mod, "PARALLEL_FILES", 2)
+    assert build(ws.wiki("pooled")).rechunked == 3
+    assert index_of("pooled") == index_of("serial")
+    hits = search(ws, ws.adhoc(["pooled"], "public"), "rainwater barrels", clearance="public", audit_event=None)
+    assert hits.passages[0].path == "new.md"

@@ -175,20 +175,21 @@ class BM25Layer:
         return cls(vocab_ids, data, indices, indptr, tf32, doc_len)
 
     @classmethod
-    def load(cls, folder: Path, read: checked.Read | None = None) -> BM25Layer:
-        """The layer saved in ``folder``, each file read once through ``read`` (a checked reader of that
-        folder's files, :func:`wikirag.checked.reader`; default: unchecked)."""
+    def load(cls, folder: Path, read: checked.Files | None = None) -> BM25Layer:
+        """The layer saved in ``folder``, its files checked by ``read`` (:func:`wikirag.checked.reader` of
+        that folder's files; default: unchecked): the JSON files read, the arrays mapped (a query touches
+        only its terms' postings; every process serving the build shares the pages)."""
         read = read or checked.plain(folder)
         params = json.loads(read("params.index.json"))
-        arrays = {name: checked.npy(read(name), name) for name in LOADED if name.endswith(".npy")}
+        arrays = {name: read.array(name) for name in LOADED if name.endswith(".npy")}
+        # doc ids stay int32, as saved: numpy converts a term's slice to intp when it indexes (a few µs
+        # a query), where an int64 copy would hold 8 bytes a posting in every process
         layer = cls(_parse_vocab(read("vocab.index.json")), arrays["data.csc.index.npy"],
-                    # doc ids as int64 in memory: numpy fancy-indexes with intp, and converts int32 ids every time
-                    arrays["indices.csc.index.npy"].astype(np.int64), arrays["indptr.csc.index.npy"],
-                    lambda: checked.npy(read("tf.npy"), "tf.npy"), arrays["doc_lengths.npy"])
+                    arrays["indices.csc.index.npy"], arrays["indptr.csc.index.npy"],
+                    lambda: read.array("tf.npy"), arrays["doc_lengths.npy"])
         if params.get("num_docs") != layer.num_docs:
             raise ValueError(f"params.index.json has {params.get('num_docs')} documents, the arrays {layer.num_docs}")
         return layer
-
 
 TOKENS = "tokens.npy"
 # the files BM25Layer.load reads (tf.npy is read when first merged, tokens.npy only by the next build)
@@ -292,8 +293,8 @@ class MergedBM25:
             np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
 
     @classmethod
-    def load(cls, read: checked.Read, docs: Sequence[int], wiki_tokens: Sequence[float]) -> MergedBM25:
-        """A view saved by :meth:`save`, read through ``read`` (checked); ``docs`` and ``wiki_tokens``:
+    def load(cls, read: checked.Files, docs: Sequence[int], wiki_tokens: Sequence[float]) -> MergedBM25:
+        """A view saved by :meth:`save`, its files checked by ``read`` and its arrays mapped; ``docs`` and ``wiki_tokens``:
         each wiki's documents and tokens, as the view recorded them. :class:`ValueError` if the arrays do
         not fit together."""
         self = cls.__new__(cls)
@@ -301,13 +302,12 @@ class MergedBM25:
         self.num_docs = int(self.offsets[-1])
         self.doc_wiki = np.repeat(np.arange(len(docs), dtype=np.int64), np.diff(self.offsets))
         self.wiki_tokens = np.array(wiki_tokens, dtype=np.float64)
-        files = checked.read_all(read, list(cls.SAVED))
-        words = files["vocab.txt"].decode("utf-8")
+        words = read("vocab.txt").decode("utf-8")
         self.vocab = dict(zip(words.split("\n") if words else [], itertools.count()))
-        arrays = {name: checked.npy(files[f"{name}.npy"], f"{name}.npy") for name in (
+        arrays = {name: read.array(f"{name}.npy") for name in (
             "indptr", "indices", "global", "data", "doc_len", "runs_ptr", "runs_wiki", "runs_total")}
         self.indptr, self.doc_len, self.data = arrays["indptr"], arrays["doc_len"], arrays["data"]
-        self.indices = arrays["indices"].astype(np.int64)
+        self.indices = arrays["indices"]  # int32, mapped (see BM25Layer.load)
         self._global_data = arrays["global"]
         self._tf = self._layer = None  # (what tf is for is saved)
         self._term_runs = (arrays["runs_ptr"], arrays["runs_wiki"], arrays["runs_total"])
@@ -350,7 +350,7 @@ class MergedBM25:
             maps.append((local_to_global, counts, named))
         self.indptr = np.concatenate([[0], np.cumsum(totals)])
         size = int(self.indptr[-1])
-        self.indices = np.empty(size, dtype=np.int64)
+        self.indices = np.empty(size, dtype=np.int32 if self.num_docs < 2**31 else np.int64)
         self.data = np.empty(size, dtype=np.float32)
         self._tf, self._layer = np.empty(size, dtype=np.float32), None
         filled = self.indptr[:-1].copy()  # where the next wiki's block of each column starts
@@ -360,7 +360,7 @@ class MergedBM25:
             filled[local_to_global[named]] += counts[named]
             keep = np.repeat(named, counts)
             dest = (np.arange(int(layer.indptr[-1]), dtype=np.int64) + np.repeat(start - layer.indptr[:-1], counts))[keep]
-            self.indices[dest] = layer.indices[keep].astype(np.int64) + offset
+            self.indices[dest] = layer.indices[keep] + np.int64(offset)
             self.data[dest] = layer.data[keep]
             self._tf[dest] = layer.tf[keep]
         self.vocab = vocab

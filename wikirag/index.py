@@ -21,8 +21,9 @@ tampered, foreign or higher-level one (:mod:`wikirag.store`) is rebuilt from the
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,7 @@ class _Collected:
     rechunked: int = 0
     links: dict[str, PageLinks] = field(default_factory=dict)  # path -> its links (indexed pages only)
     reused: set[str] = field(default_factory=set)  # paths whose passages are the previous build's
+    tokens: dict[str, list[list[str]]] = field(default_factory=dict)  # path -> its new passages' BM25 tokens
 
 
 @dataclass
@@ -150,14 +152,14 @@ def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[l
     vocab = {t: i for i, t in enumerate(words)}
     id_parts: list[np.ndarray] = []
     length_parts: list[np.ndarray] = []
-    fresh: list[Chunk] = []
+    pending: list[list[str]] = []  # token lists of new passages, encoded together
 
     def flush() -> None:
-        if fresh:
-            ids, lengths = encode(tokenize([passage_text(c) for c in fresh]), vocab)
+        if pending:
+            ids, lengths = encode(pending, vocab)
             id_parts.append(ids)
             length_parts.append(lengths)
-            fresh.clear()
+            pending.clear()
 
     for path in sorted(got.chunks):
         path_chunks = got.chunks[path]
@@ -167,8 +169,10 @@ def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[l
             lo, hi = span
             id_parts.append(old_ids[old_starts[lo]:old_starts[hi]])
             length_parts.append(old_lengths[lo:hi])
+        elif path in got.tokens:  # tokenised as it was chunked
+            pending.extend(got.tokens[path])
         else:
-            fresh.extend(path_chunks)
+            pending.extend(tokenize([passage_text(c) for c in path_chunks]))
     flush()
     ids = np.concatenate(id_parts) if id_parts else np.empty(0, np.int64)
     lengths = np.concatenate(length_parts) if length_parts else np.empty(0, np.int64)
@@ -198,11 +202,71 @@ def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], got: _Collected,
     manifest["build_seconds"] = round(time.perf_counter() - started, 3)
 
 
+# from this many files to read and chunk, a build uses a process per core (below, starting the processes
+# costs more than it saves): chunking and tokenising are pure Python, so threads would not run at once
+PARALLEL_FILES = 2000
+PARALLEL_BATCH = 64  # files sent to a worker process at a time
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What chunking a file needs of its wiki's manifest: small and picklable, for the worker processes."""
+
+    max_tokens: int
+    min_chars: int
+    include_tags: tuple[str, ...]
+
+    @classmethod
+    def of(cls, wiki: Wiki) -> _Spec:
+        settings = wiki.manifest.chunking
+        return cls(settings.max_tokens, settings.min_chars, tuple(wiki.manifest.include_tags))
+
+
+def _read_and_chunk(spec: _Spec, path: str, abspath: Path, old_sha: str | None) -> tuple:
+    """Read, hash, chunk and tokenise one file (in a worker process, or this one):
+    ``("error", why)``, ``("same", sha256)`` (content as ``old_sha``: nothing chunked) or
+    ``("chunked", sha256, reason skipped or None, chunks, links, each chunk's BM25 tokens)``."""
+    try:
+        data = abspath.read_bytes()
+    except OSError as exc:
+        return ("error", exc.strerror or str(exc))
+    digest = sha256(data)
+    if digest == old_sha:
+        return ("same", digest)
+    reason, chunks, links = _chunk_file(spec, path, data)
+    return ("chunked", digest, reason, chunks, links, tokenize([passage_text(c) for c in chunks]))
+
+
+def _read_all(spec: _Spec, jobs: list[tuple[str, Path, str | None]]) -> Iterator[tuple]:
+    """:func:`_read_and_chunk` of each job, in order: in a pool of worker processes (one per core) when
+    there are :data:`PARALLEL_FILES` or more and more than one core, else here."""
+    import os
+
+    workers = min(os.cpu_count() or 1, 8)
+    if len(jobs) < PARALLEL_FILES or workers < 2:
+        for job in jobs:
+            yield _read_and_chunk(spec, *job)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: a build may run in a thread of the app, and forking a process with threads can deadlock
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(functools.partial(_read_and_chunk, spec), *zip(*jobs), chunksize=PARALLEL_BATCH)
+
+
 def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, list[Chunk]],
              prev_links: dict[str, PageLinks], skipped: list[Skipped], progress: Progress | None) -> _Collected:
-    """Read every source file; reuse the previous passages (and links) of files whose content did not change."""
+    """Read every source file; reuse the previous passages (and links) of files whose content did not
+    change; read, chunk and tokenise the others (:func:`_read_all`: in parallel when there are many)."""
     out = _Collected({}, {}, list(skipped))
     limit = wiki.manifest.chunking.max_file_mb * 1024 * 1024
+    jobs = []
+    for src in files:
+        old = prev_files.get(src.path)
+        if src.size <= limit and not (old is not None and (old["size"], old["mtime_ns"]) == (src.size, src.mtime_ns)):
+            jobs.append((src.path, src.abspath, old["sha256"] if old is not None else None))
+    results = _read_all(_Spec.of(wiki), jobs)
     for i, src in enumerate(files):
         if progress is not None:
             progress("reading", i, len(files))
@@ -219,31 +283,31 @@ def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, l
             out.records[src.path], out.chunks[src.path] = old, prev_chunks.get(src.path, [])
             out.reused.add(src.path)
         else:
-            try:
-                data = src.abspath.read_bytes()
-            except OSError as exc:
+            got = next(results)
+            if got[0] == "error":
                 if old is not None:  # a read error is not a deletion
-                    _keep(out, src.path, old, prev_chunks, prev_links, f"cannot read: {exc.strerror or exc}")
+                    _keep(out, src.path, old, prev_chunks, prev_links, f"cannot read: {got[1]}")
                 else:
-                    out.skipped.append(Skipped(src.path, f"cannot read: {exc.strerror or exc}"))
+                    out.skipped.append(Skipped(src.path, f"cannot read: {got[1]}"))
                 continue
-            digest = sha256(data)
-            if old is not None and old["sha256"] == digest:  # touched, not changed
+            if got[0] == "same":  # touched, not changed
                 out.records[src.path] = {**old, "size": src.size, "mtime_ns": src.mtime_ns}
                 out.chunks[src.path] = prev_chunks.get(src.path, [])
                 out.reused.add(src.path)
             else:
-                reason, chunks, links = _chunk_file(wiki, src.path, data)
+                _, digest, reason, chunks, links, tokens = got
                 if links is not None:
                     out.links[src.path] = links
                 out.rechunked += 1
                 out.records[src.path] = {"sha256": digest, "size": src.size, "mtime_ns": src.mtime_ns,
                                          "chunks": len(chunks), "skipped": reason}
                 out.chunks[src.path] = chunks
+                out.tokens[src.path] = tokens
         if out.chunks[src.path] and src.path not in out.links:  # reused passages: reuse the links too
             out.links[src.path] = prev_links.get(src.path) or _read_links(src.abspath)
         if out.records[src.path]["skipped"]:
             out.skipped.append(Skipped(src.path, out.records[src.path]["skipped"]))
+    results.close()  # the worker processes end now
     if progress is not None:
         progress("reading", len(files), len(files))
     return out
@@ -364,7 +428,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
                            time.perf_counter() - started, build_id, warnings)
 
 
-def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Chunk], PageLinks | None]:
+def _chunk_file(spec: _Spec, path: str, data: bytes) -> tuple[str | None, list[Chunk], PageLinks | None]:
     """Chunk one file's bytes; return ``(reason it is skipped or None, chunks, its links)``."""
     text, reason = decode(data)
     if text is None:
@@ -373,12 +437,11 @@ def _chunk_file(wiki: Wiki, path: str, data: bytes) -> tuple[str | None, list[Ch
         return (f"too many markdown blocks (more than {MAX_BLOCKS:,} headings, paragraphs, list items or other "
                 "block starts): split it into smaller pages"), [], None
     page = parse_page(text)
-    if wiki.manifest.include_tags and not tag_matches(page.tags, wiki.manifest.include_tags):
+    if spec.include_tags and not tag_matches(page.tags, list(spec.include_tags)):
         return "no matching tag (include_tags)", [], None
-    settings = wiki.manifest.chunking
-    chunks = chunk_markdown(text, path, settings.max_tokens, settings.min_chars, page=page)
+    chunks = chunk_markdown(text, path, spec.max_tokens, spec.min_chars, page=page)
     if not chunks:
-        return f"no passage of {settings.min_chars}+ characters (empty or too short)", [], None
+        return f"no passage of {spec.min_chars}+ characters (empty or too short)", [], None
     return None, chunks, graph_mod.page_links(text, page)
 
 

@@ -33,14 +33,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
-import functools
 import json
 import os
 import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -54,8 +53,9 @@ from .graph import LinkGraph
 from .wiki import Wiki
 
 FILES = "files.json"  # a build's source-file records
-# 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list; 6: passages/stats.npy
-FORMAT_VERSION = 6
+# 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list; 6: passages/stats.npy;
+# 7: passages/paths.* and headings.* instead of strings.json (mapped, not parsed)
+FORMAT_VERSION = 7
 BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
 # bumped by every build of this process, so in-process readers notice a swap at once
@@ -76,31 +76,23 @@ class LoadedIndex:
     manifest: dict
     chunks: chunkfile.ChunkTable
     folder: Path
-    # bm25 files read (and checked) already by load(with_bm25=True), taken by the first use of bm25
-    prefetched: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def bm25(self) -> BM25Layer:
-        """The build's BM25 layer (read, and checked against its checksums, on first use: a composition
-        whose merged view is saved (:mod:`wikirag.views`) never needs its wikis' own). Raises
+        """The build's BM25 layer (its arrays mapped, checked against their checksums, on first use: a
+        composition whose merged view is saved (:mod:`wikirag.views`) never needs its wikis' own). Raises
         :class:`IndexMissing` if it is damaged."""
-        read = checked.reader(self.folder, self.manifest.get("checksums") or {})
-
-        def read_bm25(name: str) -> bytes:  # also for the term frequencies, read when first merged
-            try:
-                return self.prefetched.pop(f"bm25/{name}", None) or read(f"bm25/{name}")
-            except checked.Mismatch as exc:
-                raise _damaged(self.wiki, str(exc)) from None
-            except FileNotFoundError:
-                raise _damaged(self.wiki, f"bm25/{name} is missing") from None
-
+        files = checked.reader(self.folder, self.manifest.get("checksums") or {}, damaged=self._bm25_damaged)
         try:
-            layer = BM25Layer.load(self.folder / "bm25", read=read_bm25)
+            layer = BM25Layer.load(self.folder / "bm25", read=files.under("bm25/"))
         except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
             raise _damaged(self.wiki, f"its BM25 files do not fit together: {exc}") from None
         if layer.num_docs != len(self.chunks):
             raise _damaged(self.wiki, f"{layer.num_docs} BM25 documents for {len(self.chunks)} passages")
         return layer
+
+    def _bm25_damaged(self, why: str) -> IndexMissing:  # also for the term frequencies, read when first merged
+        return _damaged(self.wiki, why)
 
     @cached_property
     def level(self) -> Level | None:
@@ -255,21 +247,26 @@ READ_CHECKED = ("passages/", "bm25/")
 
 
 def verify(wiki: Wiki, folder: Path, manifest: dict, skip: frozenset[str] = frozenset(),
-           skip_prefixes: tuple[str, ...] = ()) -> None:
+           skip_prefixes: tuple[str, ...] = (), files: checked.Files | None = None) -> None:
     """Check every file the manifest lists against its checksum (those in ``skip`` or under
-    ``skip_prefixes`` only for where they lead); a name leading out of the build (``..``, absolute, a
-    symlink on the way) or a file that differs makes the build damaged (:class:`IndexMissing`)."""
+    ``skip_prefixes`` only for where they lead; through ``files``, whose stamps may vouch for a file: see
+    :mod:`wikirag.checked`); a name leading out of the build (``..``, absolute, a symlink on the way) or a
+    file that differs makes the build damaged (:class:`IndexMissing`)."""
     checksums = manifest.get("checksums")
     if not isinstance(checksums, dict):
         raise _damaged(wiki, "manifest.json lists no checksums")
     inside: dict[str, bool] = {}  # folder of the build (relative) -> a real folder, no symlink
-    for name, digest in checksums.items():
+    for name in checksums:
         parts = name.split("/") if isinstance(name, str) else []
         if not parts or any(p in ("", ".", "..") or os.sep in p for p in parts) or not _real_inside(
                 folder, parts, inside):
             raise _damaged(wiki, f"{name} leads out of its build")
-        if name not in skip and not name.startswith(skip_prefixes) and sha256((folder / name).read_bytes()) != digest:
-            raise _damaged(wiki, f"{name} does not match its checksum")
+        if name in skip or name.startswith(skip_prefixes):
+            continue
+        try:
+            (files or checked.reader(folder, checksums)).check(name)
+        except checked.Mismatch:
+            raise _damaged(wiki, f"{name} does not match its checksum") from None
 
 
 def _real_inside(folder: Path, parts: list[str], inside: dict[str, bool]) -> bool:
@@ -307,17 +304,17 @@ def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
         folder = build_folder(wiki, build_id)
         try:
             manifest = read_manifest(wiki, build_id)
-            verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES, skip_prefixes=READ_CHECKED)
-            read = checked.reader(folder, manifest["checksums"])
+            files = checked.reader(folder, manifest["checksums"])
+            verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES, skip_prefixes=READ_CHECKED, files=files)
             try:
-                prefetched = checked.read_all(read, [f"{chunkfile.FOLDER}/text.bin"] + [
-                    f"bm25/{name}" for name in LOADED]) if with_bm25 else {}
-                chunks = chunkfile.read(folder, functools.partial(_take, prefetched, read))
+                if with_bm25:  # both checked now, two at a time (only hashed where no stamp vouches)
+                    files.check_all([f"{chunkfile.FOLDER}/text.bin"] + [f"bm25/{n}" for n in LOADED if n.endswith(".npy")])
+                chunks = chunkfile.read(folder, files)
             except checked.Mismatch as exc:
                 raise _damaged(wiki, str(exc)) from None
             except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
                 raise _damaged(wiki, f"its passages do not fit together: {exc}") from None
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder, prefetched)
+            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -328,12 +325,6 @@ def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
                 ) from None
             raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _take(prefetched: dict[str, bytes], read: checked.Read, name: str) -> bytes:
-    """A file's bytes from ``prefetched`` (removed from it), else read now."""
-    data = prefetched.pop(name, None)
-    return data if data is not None else read(name)
 
 
 @contextlib.contextmanager
@@ -415,6 +406,7 @@ def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
         }
         manifest["manifest_sha256"] = manifest_digest(manifest)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+        checked.stamp_all(tmp, manifest["checksums"])  # just hashed: no reader hashes them again
         _fsync_tree(tmp)
         builds = _own_builds(wiki)
         os.rename(tmp, builds / build_id)

@@ -3,8 +3,8 @@
 A query over several wikis scores them in one merged view (:class:`wikirag.bm25.MergedBM25`). Merging
 50 wikis' layers (their vocabularies, their postings, the composition's scores and term runs) takes
 longer than a new process should wait for its first answer, so the first process that merges a set of
-builds saves the result in ``<workspace>/.index/views/<key>/`` and every later one reads it: arrays read
-and checked, no merge. Each wiki's own BM25 files are then not read at all.
+builds saves the result in ``<workspace>/.index/views/<key>/`` and every later one maps it: arrays mapped
+and checked (:mod:`wikirag.checked`), no merge. Each wiki's own BM25 files are then not read at all.
 
 * The key is a digest of the (wiki, build id) pairs in composition order, so a view is only ever used
   for exactly the builds it was made from; a rebuild of any of its wikis makes a new key. Adding a
@@ -103,6 +103,7 @@ def save(views: Path, wikis: Sequence[tuple[str, str, int]], merged: MergedBM25)
         meta = {"format": FORMAT, "wikis": [list(w) for w in wikis], "tokens": merged.wiki_tokens.tolist(),
                 "checksums": checksums}
         (tmp / "view.json").write_text(json.dumps(meta), encoding="utf-8")
+        checked.stamp_all(tmp, checksums)  # just hashed: the processes that map it do not hash it again
         try:
             os.rename(tmp, final)
         except OSError:  # another process saved it first (or a damaged one is in the way: next load removes it)
