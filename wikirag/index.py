@@ -240,14 +240,19 @@ def _read_and_chunk(spec: _Spec, path: str, abspath: Path, old_sha: str | None) 
 def _read_all(spec: _Spec, jobs: list[tuple[str, Path, str | None]]) -> Iterator[tuple]:
     """:func:`_read_and_chunk` of each job, in order: in a pool of worker processes (one per core) when
     there are :data:`PARALLEL_FILES` or more and more than one core, else here."""
+    import multiprocessing
     import os
+    import threading
 
     workers = min(os.cpu_count() or 1, 8)
-    if len(jobs) < PARALLEL_FILES or workers < 2:
+    # only from a main thread of a non-daemon process (the CLI): a daemonic process may not start children,
+    # and spawning from a thread of the app (Streamlit) fails; those builds run here, one file at a time
+    pooled = (threading.current_thread() is threading.main_thread()
+              and not multiprocessing.current_process().daemon)
+    if len(jobs) < PARALLEL_FILES or workers < 2 or not pooled:
         for job in jobs:
             yield _read_and_chunk(spec, *job)
         return
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: a build may run in a thread of the app, and forking a process with threads can deadlock
