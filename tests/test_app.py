@@ -141,8 +141,14 @@ def test_the_settings_show_no_error_details_and_no_page_list() -> None:
     false for showErrorDetails now means "stacktrace", which still shows a traceback: "none" shows none."""
     import tomllib
 
-    client = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text(encoding="utf-8"))["client"]
+    settings = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    client = settings["client"]
     assert client["showErrorDetails"] == "none" and client["showSidebarNavigation"] is False
+    # no ast.parse of each page (CPython 3.11's AST conversion races other threads: see the config's comment)
+    assert settings["runner"]["magicEnabled"] is False
+    from streamlit import config
+
+    assert config.get_option("runner.magicEnabled") is False  # what AppTest runs with, from the checkout
 
 
 def test_sign_in_and_out(app_home: Path) -> None:

@@ -44,7 +44,7 @@ def app(ctx, port, address, demo, watch):
                "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
                "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
                "--client.showErrorDetails", "none", "--client.showSidebarNavigation", "false",
-               "--runner.postScriptGC", "false"]
+               "--runner.postScriptGC", "false", "--runner.magicEnabled", "false"]
     click.echo(f"wikirag app on http://{address}:{port} (workspace {ws.home}); Ctrl-C stops it", err=True)
     env = {**os.environ, "WIKIRAG_HOME": str(ws.home)}
     if demo:
