@@ -87,6 +87,8 @@ def test_an_edit_is_rebuilt_and_searchable_on_its_own(garden: Workspace) -> None
         (garden.home / "wikis/roses/roses.md").write_text("# Roses\n\nDeadhead roses through the summer months.\n")
         line = watcher.wait_for("roses: built")
         assert "1 file(s) changed" in line
+        # the watcher said which page changed: an update, the page alone written (wikirag.delta)
+        assert store.load(garden.wiki("roses")).manifest["delta"]["pages"] == 1
         result = search(garden, "roses", "deadhead summer", clearance="public", audit_event=None)
         assert result.passages[0].path == "roses.md" and "Deadhead" in result.passages[0].text
         assert time.monotonic() - started < 10

@@ -61,12 +61,13 @@ class Files:
     docstring). Calling it reads a file's bytes; :meth:`array` and :meth:`buffer` map one."""
 
     def __init__(self, folder: Path, checksums: dict[str, str] | None, prefix: str = "",
-                 damaged: Callable[[str], Exception] = Mismatch):
+                 damaged: Callable[[str], Exception] = Mismatch, _stamped: list | None = None):
         self.folder, self.checksums, self.prefix, self.damaged = folder, checksums, prefix, damaged
+        self._stamped = _stamped if _stamped is not None else []  # the folder's stamps, read once (shared by under())
 
     def under(self, prefix: str) -> Files:
         """The same files, named relative to the subfolder ``prefix`` (e.g. ``"bm25/"``)."""
-        return Files(self.folder, self.checksums, self.prefix + prefix, self.damaged)
+        return Files(self.folder, self.checksums, self.prefix + prefix, self.damaged, self._stamped)
 
     def _open(self, name: str):
         try:
@@ -121,18 +122,27 @@ class Files:
             raise self.damaged(f"{name} does not match its checksum")
         st = os.fstat(fh.fileno())
         now = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-        if _stamps(self.folder).get(name) == [want, *now]:
+        if not self._stamped:
+            self._stamped.append(stamps(self.folder))
+        if self._stamped[0].get(name) == [want, *now]:
             return
-        digest = hashlib.sha256()
-        view = memoryview(bytearray(_BLOCK))
-        while n := fh.readinto(view):
-            digest.update(view[:n])
-        if digest.hexdigest() != want:
+        if digest(fh) != want:
             raise self.damaged(f"{name} does not match its checksum")
+        self._stamped[0][name] = [want, *now]
         stamp(self.folder, {name: [want, *now]})
 
 
-def _stamps(folder: Path) -> dict:
+def digest(fh) -> str:
+    """The sha256 of an open file's bytes from where it is, read a block at a time."""
+    found = hashlib.sha256()
+    view = memoryview(bytearray(_BLOCK))
+    while n := fh.readinto(view):
+        found.update(view[:n])
+    return found.hexdigest()
+
+
+def stamps(folder: Path) -> dict:
+    """``folder``'s :data:`STAMP`: file name -> ``[sha256, inode, size, mtime_ns, ctime_ns]`` ({} if none)."""
     try:
         got = json.loads((folder / STAMP).read_bytes())
     except (OSError, ValueError):
@@ -146,7 +156,7 @@ def stamp(folder: Path, found: dict[str, list]) -> None:
     entries, which costs only a hash later)."""
     tmp = folder / f".{STAMP}.{secrets.token_hex(4)}"
     try:
-        tmp.write_text(json.dumps({**_stamps(folder), **found}), encoding="utf-8")
+        tmp.write_text(json.dumps({**stamps(folder), **found}), encoding="utf-8")
         os.replace(tmp, folder / STAMP)
     except OSError:
         with contextlib.suppress(OSError):

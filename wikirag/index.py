@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__, chunkfile, store
+from . import __version__, checked, chunkfile, store
+from . import delta as delta_mod
 from . import dense as dense_mod
 from . import graph as graph_mod
 from .bm25 import BM25_PARAMS, TOKENIZER, BM25Layer, bm25s_version, encode, saved_tokens, tokenize, words_of
@@ -59,6 +61,7 @@ class BuildReport:
     seconds: float
     build_id: str
     warnings: list[str] = field(default_factory=list)  # e.g. the dense layer not uploaded to a Qdrant server
+    update: bool = False  # an update: the changed pages as a delta on the serving build (wikirag.delta)
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,14 @@ def _previous(wiki: Wiki) -> _Previous:
         links, _ = graph_mod.load_pages(folder)
         files = read_files(folder)
         tokens = saved_tokens(folder / "bm25")
+        delta = delta_mod.read(manifest, checked.plain(folder), len(table))
+        if delta is not None:  # an update's build: its passages, tokens and links as they are now
+            if len(tokens[2]) != len(table):
+                return _Previous(build_id)
+            records, gone = delta.records()
+            links = {p: v for p, v in links.items() if p not in records and p not in gone} | delta.links()
+            tokens = delta_mod.tokens(*tokens, delta)
+            table = delta_mod.Overlay(table, delta.table, delta.removed)
     except (OSError, ValueError, TypeError, KeyError, IndexMissing):
         return _Previous(build_id)  # damaged, foreign or tampered with: rebuild everything
     if len(tokens[2]) != len(table) or int(tokens[2].sum()) != len(tokens[1]):
@@ -237,6 +248,25 @@ def _read_and_chunk(spec: _Spec, path: str, abspath: Path, old_sha: str | None) 
     return ("chunked", digest, reason, chunks, links, tokenize([passage_text(c) for c in chunks]))
 
 
+def _spawn_safe() -> bool:
+    """Whether worker processes may be spawned: each one imports the ``__main__`` module again, so a script
+    that calls :func:`build` at its top level, without ``if __name__ == "__main__":``, would run again in
+    every worker (multiprocessing's rule). The CLI, ``python -m``, an interactive session and a script
+    with that guard are safe; any other script builds in its own process."""
+    import re
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec, path = getattr(main, "__spec__", None), getattr(main, "__file__", None)
+    if spec is not None or not path:
+        return True
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return re.search(r"""^if\s+__name__\s*==\s*["']__main__["']\s*:""", text, re.MULTILINE) is not None
+
+
 def _read_all(spec: _Spec, jobs: list[tuple[str, Path, str | None]]) -> Iterator[tuple]:
     """:func:`_read_and_chunk` of each job, in order: in a pool of worker processes (one per core) when
     there are :data:`PARALLEL_FILES` or more and more than one core, else here."""
@@ -248,7 +278,7 @@ def _read_all(spec: _Spec, jobs: list[tuple[str, Path, str | None]]) -> Iterator
     # only from a main thread of a non-daemon process (the CLI): a daemonic process may not start children,
     # and spawning from a thread of the app (Streamlit) fails; those builds run here, one file at a time
     pooled = (threading.current_thread() is threading.main_thread()
-              and not multiprocessing.current_process().daemon)
+              and not multiprocessing.current_process().daemon and _spawn_safe())
     if len(jobs) < PARALLEL_FILES or workers < 2 or not pooled:
         for job in jobs:
             yield _read_and_chunk(spec, *job)
@@ -367,8 +397,13 @@ def unchanged(wiki: Wiki) -> bool:
 
 
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
-          vector_sources: list[Path] = ()) -> BuildReport:
+          vector_sources: list[Path] = (), changed: Iterable[str] | None = None) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
+
+    ``changed``: the source paths (relative to the wiki's source root, ``/``-separated) known to be all
+    that changed since the serving build — edited, added or removed pages, as the watcher sees them. Then
+    the build is an update (:mod:`wikirag.delta`): only those pages are read, and what is written grows
+    with them, not with the wiki; where an update does not apply (see there), the build is a full one.
 
     ``progress(stage, done, total)`` is called as files are read and passages embedded. The dense layer
     reuses the previous build's vectors of unchanged passages, and also those found in
@@ -378,6 +413,10 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
     """
     started = time.perf_counter()
     with store.build_lock(wiki):
+        if changed is not None and not force:
+            report = _update(wiki, sorted(set(changed)), started)
+            if report is not None:
+                return report
         before = _previous(wiki)
         prev_id, prev = before.build_id, before.manifest
         settings = _settings(wiki)
@@ -405,6 +444,8 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             )
         if (prev is not None and prev_id is not None and not force and prev["settings"] == settings
                 and prev.get("sensitivity") == str(wiki.level)  # a raised level is recorded by a new build
+                # a full build of an update's build compacts it (wikirag.delta), unless pages cannot be read now
+                and not (prev.get("delta") and not any(s.reason.endswith(KEPT) for s in got.skipped))
                 and {p: r["sha256"] for p, r in before.files.items()}
                 == {p: r["sha256"] for p, r in got.records.items()}):
             return BuildReport(wiki.name, "up to date", files, len(chunks), 0, got.skipped,
@@ -431,6 +472,191 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
                                     manifest.get("dense"), progress)
         return BuildReport(wiki.name, "built", files, len(chunks), got.rechunked, got.skipped,
                            time.perf_counter() - started, build_id, warnings)
+
+
+def _update(wiki: Wiki, changed: list[str], started: float) -> BuildReport | None:
+    """The pages ``changed`` as a delta on the serving build (:mod:`wikirag.delta`), published; None where
+    an update does not apply (the caller builds in full). The caller holds the build lock."""
+    import bisect
+    import fnmatch
+    import os
+    import stat as stat_mod
+
+    from .sources import MARKDOWN_SUFFIXES, folder_listing, glob_regex, listing_digest
+
+    build_id = current_build_id(wiki)
+    if build_id is None or wiki.manifest.layers.dense is not None:
+        return None
+    try:
+        manifest = read_manifest(wiki, build_id)
+        folder = store.build_folder(wiki, build_id)
+        checksums = manifest["checksums"]
+        files = checked.reader(folder, checksums)
+        store.verify(wiki, folder, manifest, files=files)
+        base = chunkfile.read(folder, files)
+        old = delta_mod.read(manifest, files, len(base))
+        records, gone = old.records() if old is not None else ({}, [])
+        links = old.links() if old is not None else {}
+    except (OSError, ValueError, TypeError, KeyError, IndexMissing, checked.Mismatch):
+        return None
+    if manifest.get("settings") != _settings(wiki) or manifest.get("sensitivity") != str(wiki.level):
+        return None
+    spec, root = wiki.source_spec(), wiki.source_spec().root
+    wanted = glob_regex(spec.pattern) if spec.pattern is not None else None
+    folders = dict(manifest.get("folders") or {})
+    limit = wiki.manifest.chunking.max_file_mb * 1024 * 1024
+    chunk_spec = _Spec.of(wiki)
+    base_paths, base_ids = base.paths, base.path_ids()
+    old_ranges = old.table.ranges() if old is not None else {}
+
+    def base_rows(path: str) -> range:
+        """The base's passages of ``path`` (a build's paths are sorted, as its passages are, by path)."""
+        n = bisect.bisect_left(base_paths, path)
+        if n < len(base_paths) and base_paths[n] == path:
+            return range(int(np.searchsorted(base_ids, n, "left")), int(np.searchsorted(base_ids, n, "right")))
+        return range(0)
+
+    def previous_chunks(path: str) -> list[Chunk]:
+        if path in records:
+            lo, hi = old_ranges.get(path, (0, 0))
+            return old.table[lo:hi]
+        rows = base_rows(path)
+        return [] if path in gone else base[rows.start:rows.stop]
+
+    base_records: list[dict] = []
+
+    def previous(path: str) -> dict | None:
+        """The file record of ``path`` in the serving build (the base's records are read only when a page
+        looks the same as before or a page not in the index is removed: rare)."""
+        if path in records or path in gone:
+            return records.get(path)
+        if not base_records:
+            base_records.append(json.loads(files(store.FILES)))
+        return base_records[0].get(path)
+
+    def previous_sha(path: str) -> str | None:
+        return (previous(path) or {}).get("sha256")
+
+    touched: dict[str, tuple | None] = {}  # path -> what _read_and_chunk gave, None: gone
+    for rel in changed:
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            continue  # hidden, or not a path below the root: never a source
+        abspath = root / rel
+        try:
+            st = os.lstat(abspath)
+        except FileNotFoundError:
+            st = None
+        except OSError:
+            return None  # the full build says why it cannot be read
+        if not rel.lower().endswith(MARKDOWN_SUFFIXES):
+            if st is not None and stat_mod.S_ISREG(st.st_mode):
+                continue  # an other file: not a source
+            return None  # a folder (added, removed or renamed) or something gone: walk it all
+        if wanted is not None and not wanted.match(rel) or any(fnmatch.fnmatchcase(rel, x) for x in wiki.manifest.exclude):
+            continue
+        parent = "/".join(parts[:-1])
+        if any(fnmatch.fnmatchcase(parts[-1], x) for x in wiki.manifest.meta_files) or parent not in folders:
+            return None  # the graph's known pages, or a folder the base did not walk
+        if st is not None and (stat_mod.S_ISLNK(st.st_mode) or stat_mod.S_ISDIR(st.st_mode) or st.st_size > limit):
+            return None
+        if st is None or not stat_mod.S_ISREG(st.st_mode):
+            if base_rows(rel) or previous(rel) is not None:
+                touched[rel] = None
+        else:
+            got = _read_and_chunk(chunk_spec, rel, abspath, None)
+            if got[0] != "chunked":
+                return None  # cannot be read: the full build keeps its passages and says so
+            if got[3] == previous_chunks(rel) and got[1] == previous_sha(rel):
+                continue  # the same content (saved again, or removed and put back): nothing to do
+            touched[rel] = (got, st)
+        try:
+            parent_path = root / parent if parent else root
+            folders[parent] = [os.stat(parent_path).st_mtime_ns, listing_digest(folder_listing(parent_path))]
+        except OSError:
+            return None
+    if not touched:
+        return BuildReport(wiki.name, "up to date", manifest.get("indexed_files", 0), manifest.get("chunks", 0), 0, [],
+                           time.perf_counter() - started, build_id)
+    # what the delta held before, for the pages it keeps
+    kept_chunks: dict[str, list[Chunk]] = {}
+    kept_tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # path -> its token ids and lengths there
+    if old is not None:
+        starts = np.concatenate([[0], np.cumsum(old.lengths)])
+        for path, (lo, hi) in old.table.ranges().items():
+            if path not in touched:
+                kept_chunks[path] = old.table[lo:hi]
+                kept_tokens[path] = (old.ids[int(starts[lo]):int(starts[hi])], old.lengths[lo:hi])
+    removed = set(old.removed.tolist()) if old is not None else set()
+    had = 0  # changed pages that had passages
+    for path in touched:
+        rows = base_rows(path)
+        if (rows and not removed.issuperset(rows)) or (path in records and records[path].get("chunks")):
+            had += 1
+        removed.update(rows)
+    skipped = []
+    new_tokens: dict[str, list[list[str]]] = {}
+    for path, value in touched.items():
+        links.pop(path, None)
+        records.pop(path, None)
+        if value is None:
+            gone.append(path)
+            continue
+        (_, digest, reason, chunks, page_links, tokens), st = value
+        records[path] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "chunks": len(chunks),
+                         "skipped": reason}
+        if path in gone:
+            gone.remove(path)
+        if reason:
+            skipped.append(Skipped(path, reason))
+        if chunks:
+            kept_chunks[path] = chunks
+            new_tokens[path] = tokens
+            if page_links is not None:
+                links[path] = page_links
+    paths = sorted(kept_chunks)
+    chunks = [c for p in paths for c in kept_chunks[p]]
+    if len(chunks) > delta_mod.limit(len(base) - len(removed)) or len(base) - len(removed) + len(chunks) == 0:
+        return None  # compaction (a full build writes a new base), or nothing left: the full build says so
+    words = list(old.words) if old is not None else []
+    vocab = {w: i for i, w in enumerate(words)}
+    id_parts, length_parts = [], []
+    for path in paths:
+        ids, lengths = encode(new_tokens[path], vocab) if path in new_tokens else kept_tokens[path]
+        id_parts.append(np.asarray(ids, dtype=np.int64))
+        length_parts.append(np.asarray(lengths, dtype=np.int64))
+    ids = np.concatenate(id_parts) if id_parts else np.empty(0, np.int64)
+    lengths = np.concatenate(length_parts) if length_parts else np.empty(0, np.int64)
+    removed_ids = np.array(sorted(removed), dtype=np.int64)
+    sources = {p: (r["size"], r["mtime_ns"]) for p, r in records.items()}
+    indexed = manifest.get("indexed_files", 0) - had + sum(1 for v in touched.values() if v and v[0][3])
+    new_manifest = {k: v for k, v in manifest.items() if k not in ("checksums", "manifest_sha256", "build_seconds")}
+    new_manifest.update({
+        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "wikirag_version": __version__,
+        "chunks": len(base) - len(removed_ids) + len(chunks),
+        "indexed_files": indexed,
+        "folders": folders,
+        "delta": {"base": (manifest.get("delta") or {}).get("base", build_id), "pages": len(paths),
+                  "passages": len(chunks), "removed": len(removed_ids)},
+    })
+    linked = {n: d for n, d in checksums.items() if not n.startswith(f"{delta_mod.FOLDER}/")}
+
+    def write(tmp: Path) -> None:
+        delta_mod.link_base(folder, tmp, linked, trusted)
+        delta_mod.write(tmp, chunks, sources, removed_ids, words_of(vocab), ids, lengths, records, gone, links)
+        new_manifest["build_seconds"] = round(time.perf_counter() - started, 3)
+
+    # older builds go first: removing a hard link changes the ctime of the file it shares with the new
+    # build, which would void the new build's stamps (wikirag.checked) and have its next reader hash it all
+    trusted = delta_mod.vouched(folder, linked)
+    store.sweep(wiki, keep={build_id})
+    try:
+        new_id = store.publish(wiki, new_manifest, write, known=linked)
+    except checked.Mismatch:
+        return None  # a file of the serving build changed under it: the full build starts over
+    return BuildReport(wiki.name, "built", indexed, new_manifest["chunks"], sum(1 for v in touched.values() if v),
+                       skipped, time.perf_counter() - started, new_id, update=True)
 
 
 def _chunk_file(spec: _Spec, path: str, data: bytes) -> tuple[str | None, list[Chunk], PageLinks | None]:

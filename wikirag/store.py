@@ -7,7 +7,9 @@ Layout of ``wikis/<name>/.index/``::
     builds/<id>/         a finished build: manifest.json, files.json (every source file's sha256, size,
                          mtime, passages), passages/ (:mod:`wikirag.chunkfile`), bm25/ (bm25s's files
                          plus term frequencies and token ids), graph.json (the pages' links),
-                         dense/ (vectors, if the wiki has that layer)
+                         dense/ (vectors, if the wiki has that layer); after an update, delta/ (the pages
+                         changed since the last full build, :mod:`wikirag.delta`) beside hard links of
+                         that build's files
     tmp-<id>/            a build in progress; removed when it fails, swept by the next build if killed
 
 :func:`publish` has a build's files written into a new ``tmp-<id>`` folder, adds to its
@@ -44,6 +46,7 @@ from functools import cached_property
 from pathlib import Path
 
 from . import checked, chunkfile
+from . import delta as delta_mod
 from . import graph as graph_mod
 from .access import Level
 from .bm25 import LOADED, BM25Layer
@@ -54,8 +57,8 @@ from .wiki import Wiki
 
 FILES = "files.json"  # a build's source-file records
 # 5: passages/ and files.json instead of chunks.jsonl and the manifest's file list; 6: passages/stats.npy;
-# 7: passages/paths.* and headings.* instead of strings.json (mapped, not parsed)
-FORMAT_VERSION = 7
+# 7: passages/paths.* and headings.* instead of strings.json (mapped, not parsed); 8: a build may hold a delta/
+FORMAT_VERSION = 8
 BUILD_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what :func:`new_build_id` makes; CURRENT must hold one
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a pointer value harmless to show in a message
 # bumped by every build of this process, so in-process readers notice a swap at once
@@ -74,8 +77,9 @@ class LoadedIndex:
     wiki: str
     build_id: str
     manifest: dict
-    chunks: chunkfile.ChunkTable
+    chunks: chunkfile.ChunkTable  # with a delta, a :class:`wikirag.delta.Overlay`
     folder: Path
+    delta: delta_mod.Delta | None = None  # the pages changed since the last full build (:mod:`wikirag.delta`)
 
     @cached_property
     def bm25(self) -> BM25Layer:
@@ -87,6 +91,8 @@ class LoadedIndex:
             layer = BM25Layer.load(self.folder / "bm25", read=files.under("bm25/"))
         except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
             raise _damaged(self.wiki, f"its BM25 files do not fit together: {exc}") from None
+        if self.delta is not None:
+            layer = delta_mod.patch(layer, self.delta)
         if layer.num_docs != len(self.chunks):
             raise _damaged(self.wiki, f"{layer.num_docs} BM25 documents for {len(self.chunks)} passages")
         return layer
@@ -112,7 +118,13 @@ class LoadedIndex:
         path = self.folder / name
         if digest is not None and sha256(path.read_bytes()) != digest:
             raise _damaged(self.wiki, f"{name} does not match its checksum")
-        return LinkGraph(*graph_mod.load_pages(self.folder), self.chunks)
+        pages, known = graph_mod.load_pages(self.folder)
+        if self.delta is not None:
+            try:
+                pages = delta_mod.graph_pages(pages, known, self.delta)
+            except checked.Mismatch as exc:
+                raise _damaged(self.wiki, str(exc)) from None
+        return LinkGraph(pages, known, self.chunks)
 
     @property
     def dense(self) -> DenseInfo | None:
@@ -228,22 +240,30 @@ def write_files(folder: Path, records: dict[str, dict]) -> None:
 
 
 def read_files(folder: Path, manifest: dict | None = None) -> dict[str, dict]:
-    """A build's source-file records; with ``manifest``, checked against its checksum first
-    (:class:`ValueError` if it differs)."""
-    data = (folder / FILES).read_bytes()
-    if manifest is not None and sha256(data) != (manifest.get("checksums") or {}).get(FILES):
-        raise ValueError(f"{FILES} does not match its checksum")
-    records = json.loads(data)
+    """A build's source-file records (with its delta's, :mod:`wikirag.delta`); with ``manifest``, checked
+    against their checksums first (:class:`ValueError` if one differs)."""
+    files = checked.reader(folder, (manifest.get("checksums") or {}) if manifest is not None else None,
+                           damaged=ValueError)
+    try:
+        records = json.loads(files(FILES))
+        changes = json.loads(files(f"{delta_mod.FOLDER}/files.json")) if (
+            manifest.get("delta") if manifest is not None else (folder / delta_mod.FOLDER).is_dir()) else None
+    except checked.Mismatch as exc:
+        raise ValueError(str(exc)) from None
     if not isinstance(records, dict):
         raise ValueError(f"{FILES} holds no file records")  # noqa: TRY004 - damaged content, as the checksum
+    if changes is not None:
+        for path in changes["gone"]:
+            records.pop(path, None)
+        records.update(changes["records"])
     return records
 
 
 # files a query never reads: checked by the build that reuses them (tokens, file records) or when first
 # read (the link graph), not by every load
-NOT_READ_BY_QUERIES = frozenset({"bm25/tokens.npy", FILES, graph_mod.GRAPH_FILE})
+NOT_READ_BY_QUERIES = frozenset({"bm25/tokens.npy", FILES, graph_mod.GRAPH_FILE, *delta_mod.NOT_READ_BY_QUERIES})
 # read through a checked reader (:mod:`wikirag.checked`) when they are used: checked then, not twice
-READ_CHECKED = ("passages/", "bm25/")
+READ_CHECKED = ("passages/", "bm25/", f"{delta_mod.FOLDER}/")
 
 
 def verify(wiki: Wiki, folder: Path, manifest: dict, skip: frozenset[str] = frozenset(),
@@ -310,11 +330,14 @@ def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
                 if with_bm25:  # both checked now, two at a time (only hashed where no stamp vouches)
                     files.check_all([f"{chunkfile.FOLDER}/text.bin"] + [f"bm25/{n}" for n in LOADED if n.endswith(".npy")])
                 chunks = chunkfile.read(folder, files)
+                delta = delta_mod.read(manifest, files, len(chunks))
+                if delta is not None:
+                    chunks = delta_mod.Overlay(chunks, delta.table, delta.removed)
             except checked.Mismatch as exc:
                 raise _damaged(wiki, str(exc)) from None
             except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
                 raise _damaged(wiki, f"its passages do not fit together: {exc}") from None
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder)
+            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder, delta)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -385,9 +408,10 @@ def _own_builds(wiki: Wiki) -> Path:
     return builds
 
 
-def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
+def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None], known: dict[str, str] | None = None) -> str:
     """Make a new build serve: ``write(folder)`` writes its files into a fresh ``tmp-<id>`` folder (and
-    may add to ``manifest``); then the checksums and manifest are written, everything is fsynced, the
+    may add to ``manifest``); then the checksums (those of ``known`` as given: files linked from a checked
+    build, :func:`wikirag.delta.link_base`) and manifest are written, everything is fsynced, the
     folder is renamed into ``builds/`` and ``CURRENT`` is pointed at it. Returns the new build's id.
 
     Any failure removes the temporary folder and leaves ``CURRENT`` as it was; a file-system error
@@ -402,7 +426,8 @@ def publish(wiki: Wiki, manifest: dict, write: Callable[[Path], None]) -> str:
         tmp.mkdir()
         write(tmp)
         manifest["checksums"] = {
-            p.relative_to(tmp).as_posix(): sha256(p.read_bytes()) for p in sorted(tmp.rglob("*")) if p.is_file()
+            name: (known or {}).get(name) or sha256(p.read_bytes())
+            for p in sorted(tmp.rglob("*")) if p.is_file() and (name := p.relative_to(tmp).as_posix()) != checked.STAMP
         }
         manifest["manifest_sha256"] = manifest_digest(manifest)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")

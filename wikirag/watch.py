@@ -272,6 +272,8 @@ class Watcher:
         watched folders must change."""
         rags = str(self.ws.rags_dir.resolve()) + "/"
         touched, manifests, loud, rebind = set(self._pending), set(), set(), False
+        full = set(self._pending)  # built in full: nothing says what changed
+        changes: dict[str, set[str]] = {}  # wiki -> the changed paths under its folders
         self._pending.clear()
         for raw in paths:
             path = str(Path(raw).resolve()) if Path(raw).exists() else raw
@@ -281,6 +283,7 @@ class Watcher:
             for name, folders in roots.items():
                 if any(path.startswith(str(f.resolve()) + "/") or raw.startswith(str(f) + "/") for f in folders):
                     (manifests if Path(raw).name == MANIFEST_NAME else touched).add(name)
+                    changes.setdefault(name, set()).add(raw)
         if self.names is None and (listing := self._wiki_folders()) != self._listing:
             self._listing, rebind = listing, True  # a wiki folder added, removed or renamed
         for name, folders in roots.items():  # a folder renamed, removed or back (no event for the root itself)
@@ -310,7 +313,8 @@ class Watcher:
                 touched.discard(name)
         for name in sorted(touched):  # "up to date" said only where a manifest was fixed or a folder is back
             if self._present.get(name, (True,))[0]:
-                self._build(name, quiet=name not in loud)
+                known = None if name in full | loud | manifests else self._sources(name, changes.get(name, set()))
+                self._build(name, quiet=name not in loud, changed=known)
         self._finished_jobs()
         return rebind
 
@@ -343,7 +347,24 @@ class Watcher:
         except WikiragError as exc:
             self.report(Event("invalid", name, f"{exc}"))
 
-    def _build(self, name: str, quiet: bool = False) -> None:
+    def _sources(self, name: str, raws: set[str]) -> list[str] | None:
+        """``raws`` as paths relative to the wiki's source root (what :func:`wikirag.index.build` takes as
+        ``changed``: an update of those pages only), or None if one is not below it."""
+        try:
+            root = self.ws.wiki(name).source_spec().root
+        except WikiragError:
+            return None
+        out = []
+        for raw in raws:
+            for base in dict.fromkeys((str(root), str(root.resolve()))):
+                if raw.startswith(base + "/"):
+                    out.append(raw[len(base) + 1:].replace(os.sep, "/"))
+                    break
+            else:
+                return None
+        return out
+
+    def _build(self, name: str, quiet: bool = False, changed: list[str] | None = None) -> None:
         from .index import KEPT, build
 
         live = self.live.setdefault(name, Live())
@@ -361,7 +382,7 @@ class Watcher:
                 live.building = True
                 return
             live.building = True
-            report = build(wiki)
+            report = build(wiki, changed=changed)
         except BuildError as exc:
             if not self.ws.wikis_dir.joinpath(name).is_dir():
                 return  # renamed or removed meanwhile: reported as gone by handle()

@@ -57,7 +57,7 @@ def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[s
     write_manifest(folder, data)
 
 
-def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
+def _build_one(wiki: Wiki, force: bool, as_json: bool, changed: tuple[str, ...] | None = None) -> dict:
     bars: dict[str, object] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -69,12 +69,14 @@ def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
             bar.update(done - bar.pos)
 
     try:
-        report = index_mod.build(wiki, force=force, progress=progress)
+        report = index_mod.build(wiki, force=force, progress=progress, changed=changed)
     finally:
         for bar in bars.values():
             bar.__exit__(None, None, None)
     if not as_json:
-        verb = "up to date" if report.state == "up to date" else f"built ({report.rechunked} file(s) chunked)"
+        verb = "up to date" if report.state == "up to date" else (
+            f"updated ({report.rechunked} file(s) chunked, the rest kept)" if report.update
+            else f"built ({report.rechunked} file(s) chunked)")
         click.echo(f"{wiki.name}: {verb}: {report.files} files, {report.chunks} chunks, "
                    f"{len(report.skipped)} skipped, {report.seconds:.2f} s")
         for skip in report.skipped:
@@ -83,7 +85,7 @@ def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
             click.echo(f"  warning: {warning}", err=True)
     return {"wiki": wiki.name, "state": report.state, "files": report.files, "chunks": report.chunks,
             "rechunked": report.rechunked, "seconds": round(report.seconds, 3), "build_id": report.build_id,
-            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped], "warnings": report.warnings}
+            "update": report.update, "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped], "warnings": report.warnings}
 
 
 @click.command()
@@ -95,13 +97,20 @@ def _build_one(wiki: Wiki, force: bool, as_json: bool) -> dict:
 @click.option("--all", "build_all", is_flag=True, help="Build every wiki of the workspace.")
 @click.option("--force", is_flag=True, help="Re-chunk every file, even unchanged ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build reports as JSON.")
+@click.option("--changed", "changed", multiple=True, metavar="PATH",
+              help="Only this page changed (a path relative to the wiki's source folder; repeatable): update the "
+                   "index with it alone, in time that grows with the change, not with the wiki.")
 @click.pass_context
-def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json):
+def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json, changed):
     """Build (or update) the index of a wiki, or of every wiki with --all.
 
     With SOURCE (a folder or glob of markdown elsewhere, e.g. an Obsidian vault), first create or
     update wikis/NAME/.wiki.yaml to read from it. Builds are incremental and atomic: unchanged files
     are not re-chunked, and a failed build leaves the previous index serving.
+
+    With --changed PATH (repeatable), only those pages are read, and the index is updated with them as a
+    delta beside the last full build (for scripts and hooks that know what they changed; the watcher does
+    the same). A later build without --changed writes everything in full again.
 
     Example: wikirag build notes ~/vault --tag '#wiki/Topic' --sensitivity internal
     """
@@ -110,6 +119,8 @@ def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json
         raise click.UsageError("give either a wiki NAME or --all, not both")
     if not build_all and not name:
         raise click.UsageError("give a wiki NAME to build, or --all")
+    if changed and (build_all or force):
+        raise click.UsageError("--changed updates one wiki with the pages given: not with --all or --force")
     if name and (source is not None or tags or sensitivity or title):
         _update_manifest(ws, name, source, tags, sensitivity, title)
     names = ws.wiki_names() if build_all else [name]
@@ -118,7 +129,7 @@ def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json
     reports, failures = [], []
     for wiki_name in names:
         try:
-            reports.append(_build_one(ws.wiki(wiki_name), force, as_json))
+            reports.append(_build_one(ws.wiki(wiki_name), force, as_json, changed or None))
         except WikiragError as exc:
             if not build_all:
                 raise
