@@ -142,3 +142,47 @@ def test_a_section_too_short_to_stand_alone_joins_its_neighbour_and_is_still_fou
         source = text if c.path == "p.md" else "## Region\n\nHosted in eu-north-1.\n\n## Backups\n\nBackups run nightly, kept 30 days.\n"
         assert source[c.start:c.end] == c.text
     assert chunk_markdown("# Tiny\n\nToo short.\n", "t.md") == []  # a whole page that short: still no passage
+
+
+def _parsed_headings(body: str) -> list[tuple[int, int, str, int]]:
+    """What markdown-it finds (the slow path of chunking._sections)."""
+    from wikirag import chunking
+
+    line_starts = [0] + [m.end() for m in chunking._NEWLINE.finditer(body)]
+    tokens = chunking._markdown().parse(body)
+    return [(line_starts[t.map[0]], int(t.tag[1]), tokens[i + 1].content.strip(),
+             line_starts[t.map[1]] if t.map[1] < len(line_starts) else len(body))
+            for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+PLAIN = ["# a", "#a", "####### seven", "# C#", "# foo #", "# #", "#", "  ## x ##  ", "x\n# y\nz", "# t\n\n   # u  \n",
+         "#\ttab", "# x\\#", "###   spaced   out   ###   ", "# é ü\n", "para\n# h\npara\n\n## h2\n\ntext",
+         "\\# escaped\n", "* * *\n# after a break\n", "- item\n# h\n", "> quote\n# h\n", "1. one\n# h\n"]
+# markdown-it decides: a fence, HTML, a setext underline, an indented line, a carriage return
+NOT_PLAIN = ["```\n# not a heading\n```\n", "<div>\n# h\n</div>", "Title\n=====\n", "a\n---\n# b", "    # code\n",
+             "# a\r\n# b\r\n", "~~~\n# x\n~~~"]
+
+
+@pytest.mark.parametrize("body", PLAIN + NOT_PLAIN)
+def test_headings_found_without_the_parse_are_the_parsers(body: str) -> None:
+    """Plain pages (most) skip markdown-it: what the fast path finds must be what the parse finds."""
+    from wikirag.chunking import _headings
+
+    fast = _headings(body)
+    assert (fast is None) == (body in NOT_PLAIN)
+    assert fast is None or fast == _parsed_headings(body)
+
+
+def test_the_example_wikis_headings_without_the_parse_are_the_parsers() -> None:
+    from wikirag.chunking import _headings
+    from wikirag.page import parse_page
+
+    plain = 0
+    for path in sorted((Path(__file__).resolve().parent.parent / "wikis").rglob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        body = text[parse_page(text).body_start:]
+        fast = _headings(body)
+        if fast is not None:
+            plain += 1
+            assert fast == _parsed_headings(body), path
+    assert plain >= 20  # the fast path is the common one

@@ -224,6 +224,14 @@ def test_build_changed_on_the_command_line(orchard: Workspace) -> None:
     assert store.load(orchard.wiki("orchard")).delta is not None
     bad = CliRunner().invoke(cli, ["--home", str(orchard.home), "build", "--all", "--changed=x.md"])
     assert bad.exit_code == 2 and "--changed updates one wiki" in bad.output
+    # an absolute path inside the source folder is taken; one outside it, or "..", is refused
+    src = _source(orchard)
+    (src / "garden/figs-0.md").write_text("# Figs\n\nFigs zqxabsolute.\n")
+    ok = CliRunner().invoke(cli, ["--home", str(orchard.home), "build", "orchard", f"--changed={src}/garden/figs-0.md"])
+    assert ok.exit_code == 0 and "updated (1 file(s) chunked" in ok.stdout, ok.output
+    for wrong in ("/etc/passwd", "../other.md"):
+        bad = CliRunner().invoke(cli, ["--home", str(orchard.home), "build", "orchard", f"--changed={wrong}"])
+        assert bad.exit_code == 2 and "source folder" in bad.output, bad.output
 
 
 def test_updates_keep_the_stamps_so_nothing_is_hashed_again(orchard: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -131,6 +131,34 @@ def test_a_workspace_and_source_under_a_hidden_folder_are_watched(home: Path, tm
     assert "Traceback" not in err, err
 
 
+def test_an_updated_wiki_left_alone_is_compacted_in_the_background(garden: Workspace,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edits are updates (a delta beside the last full build); once the wiki is left alone for
+    WIKIRAG_COMPACT_SECONDS, a full build in a background process writes one base again, quietly. An
+    edit while it runs waits for it, then is an update of the new base."""
+    monkeypatch.setenv("WIKIRAG_COMPACT_SECONDS", "1")
+    wiki = garden.wiki("roses")
+    watcher = WatchProcess(garden.home, "roses")
+    try:
+        (garden.home / "wikis/roses/roses.md").write_text("# Roses\n\nDeadhead roses through the summer months.\n")
+        watcher.wait_for("roses: built")
+        assert store.load(wiki).delta is not None
+        deadline = time.monotonic() + 20
+        while store.load(wiki).delta is not None:
+            assert time.monotonic() < deadline, "not compacted in 20 s"
+            time.sleep(0.2)
+        result = search(garden, "roses", "deadhead summer", clearance="public", audit_event=None)
+        assert "Deadhead" in result.passages[0].text
+        (garden.home / "wikis/roses/lawns.md").write_text("# Lawns\n\nMow lawns fortnightly in a dry summer.\n")
+        watcher.wait_for("roses: built")
+        assert store.load(wiki).manifest["delta"]["pages"] == 1
+        time.sleep(0.5)
+        assert watcher.lines.empty(), list(watcher.lines.queue)  # the compaction said nothing
+    finally:
+        err = watcher.stop()
+    assert "Traceback" not in err, err
+
+
 def test_a_bad_manifest_or_composition_is_reported_and_nothing_is_rebuilt(garden: Workspace) -> None:
     wiki = garden.wiki("roses")
     serving = store.current_build_id(wiki)

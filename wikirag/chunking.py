@@ -126,6 +126,29 @@ def full_markdown() -> MarkdownIt:
     return md
 
 
+# a body in which markdown-it can find no block but paragraphs, ATX headings, thematic breaks and blank lines
+# (no code fence, HTML block, setext underline, indented line or carriage return): its headings are its ATX
+# lines, found without parsing it (most pages; the parse was a third of a build's work at a million pages)
+_NOT_PLAIN = re.compile(r"^(?: {0,3}(?:`{3}|~{3}|<|[=-]+[ \t]*$)| {4}|\t)|\r", re.MULTILINE)
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*)$", re.MULTILINE)
+
+
+def _headings(body: str) -> list[tuple[int, int, str, int]] | None:
+    """The headings of a plain body (see :data:`_NOT_PLAIN`) as :func:`_sections` takes them — ``(offset
+    of the heading's line, level, title, where the line after it starts)`` — the way markdown-it's heading
+    rule reads them (a closing run of ``#`` after a space dropped); None if the body is not plain."""
+    if _NOT_PLAIN.search(body):
+        return None
+    out = []
+    for m in _ATX.finditer(body):
+        title = m.group(2).rstrip(" \t")
+        shorter = title.rstrip("#")
+        if len(shorter) < len(title) and (not shorter or shorter[-1] in " \t"):
+            title = shorter
+        out.append((m.start(), len(m.group(1)), title.strip(), min(m.end() + 1, len(body))))
+    return out
+
+
 def _sections(text: str, body_start: int) -> list[tuple[int, int, str]]:
     """Split the body at headings: a list of ``(start, end, heading path)`` in file offsets. A heading with
     no text before the next heading is not a section of its own (see :data:`SECTION_RULES`)."""
@@ -133,13 +156,16 @@ def _sections(text: str, body_start: int) -> list[tuple[int, int, str]]:
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(body)]
     # markdown-it would not see a heading behind a BOM; a space keeps lengths and lines the same
     parsed = body.replace("\ufeff", " ", 1) if body.startswith("\ufeff") else body
-    tokens = _markdown().parse(parsed)
-    cuts: list[tuple[int, int, str, int]] = []  # (offset in body, level, title, end of the heading's lines)
-    for i, token in enumerate(tokens):
-        if token.type == "heading_open" and token.map:
-            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
-            after = line_starts[token.map[1]] if token.map[1] < len(line_starts) else len(body)
-            cuts.append((line_starts[token.map[0]], int(token.tag[1]), title, after))
+    # (offset in body, level, title, end of the heading's lines)
+    cuts: list[tuple[int, int, str, int]] | None = _headings(parsed)
+    if cuts is None:
+        cuts = []
+        tokens = _markdown().parse(parsed)
+        for i, token in enumerate(tokens):
+            if token.type == "heading_open" and token.map:
+                title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+                after = line_starts[token.map[1]] if token.map[1] < len(line_starts) else len(body)
+                cuts.append((line_starts[token.map[0]], int(token.tag[1]), title, after))
     # (start, end, heading path, where the text below its heading starts: None before the first) in body offsets
     raw: list[tuple[int, int, str, int | None]] = []
     stack: list[tuple[int, str]] = []

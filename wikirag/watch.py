@@ -57,6 +57,9 @@ log = logging.getLogger("wikirag.watch")
 
 DEBOUNCE_MS = 400
 RETRY_SECONDS = 1.0  # a wiki whose build lock was held is tried again after this (and folders looked for)
+# a wiki updated by edits (a delta beside its last full build, wikirag.delta) and then left alone this long is
+# compacted: built in full in a background process, so its index is one mapped base again (WIKIRAG_COMPACT_SECONDS)
+COMPACT_SECONDS = 60.0
 UNWATCHED_RETRY_SECONDS = 5.0  # a wiki whose folder could not be watched is watched again after this
 RESTART_SECONDS = 5.0  # start_in_thread: after a failure of watching itself, watch again after this
 
@@ -137,6 +140,10 @@ class Watcher:
         self._unwatched: dict[str, float] = {}  # wiki -> since when its folders cannot be watched
         self._listing: set[str] = set()  # the wikis folder's sub-folders
         self._valid: set[str] = set()  # wikis whose manifest loaded at least once (their going is news)
+        self._compact_at: dict[str, float] = {}  # wiki -> when to compact its delta (monotonic), if left alone
+        self._compacting: set[str] = set()  # wikis whose background job is a compaction (reported quietly)
+        self._held: dict[str, set[str] | None] = {}  # pending wikis' changed pages, for their update
+        self.compact_seconds = float(os.environ.get("WIKIRAG_COMPACT_SECONDS", COMPACT_SECONDS))
 
     def wiki_names(self) -> list[str]:
         return self.names if self.names is not None else self.ws.wiki_names()
@@ -272,7 +279,8 @@ class Watcher:
         watched folders must change."""
         rags = str(self.ws.rags_dir.resolve()) + "/"
         touched, manifests, loud, rebind = set(self._pending), set(), set(), False
-        full = set(self._pending)  # built in full: nothing says what changed
+        held, self._held = self._held, {}  # pending wikis' changed pages (None: not known)
+        full = {name for name in self._pending if held.get(name) is None}  # built in full: not known what changed
         changes: dict[str, set[str]] = {}  # wiki -> the changed paths under its folders
         self._pending.clear()
         for raw in paths:
@@ -314,9 +322,28 @@ class Watcher:
         for name in sorted(touched):  # "up to date" said only where a manifest was fixed or a folder is back
             if self._present.get(name, (True,))[0]:
                 known = None if name in full | loud | manifests else self._sources(name, changes.get(name, set()))
+                if known is not None:
+                    known += sorted(held.get(name) or ())
                 self._build(name, quiet=name not in loud, changed=known)
+        self._compact()
         self._finished_jobs()
         return rebind
+
+    def _compact(self) -> None:
+        """Compact each updated wiki left alone for :attr:`compact_seconds`: a full build in a background
+        process (an edit meanwhile waits for it, then is built as usual)."""
+        from . import background
+
+        now = time.monotonic()
+        for name, at in sorted(self._compact_at.items()):
+            if now < at or name in self._jobs:
+                continue
+            del self._compact_at[name]
+            try:
+                self._jobs[name] = background.start(self.ws, name)
+            except WikiragError:
+                continue  # gone or invalid meanwhile: reported where it is built
+            self._compacting.add(name)
 
     def _added(self, names: set[str]) -> None:
         """New wiki folders: validated, then built (a renamed folder keeps its old name: invalid)."""
@@ -364,12 +391,21 @@ class Watcher:
                 return None
         return out
 
+    def _hold(self, name: str, changed: list[str] | None) -> None:
+        """Build ``name`` next round, with the pages ``changed`` (None: in full)."""
+        if name in self._pending:
+            before = self._held.get(name)
+            self._held[name] = None if before is None or changed is None else before | set(changed)
+        else:
+            self._pending.add(name)
+            self._held[name] = None if changed is None else set(changed)
+
     def _build(self, name: str, quiet: bool = False, changed: list[str] | None = None) -> None:
         from .index import KEPT, build
 
         live = self.live.setdefault(name, Live())
         if name in self._jobs:
-            self._pending.add(name)  # its first build runs in the background: look again next round
+            self._hold(name, changed)  # its first build (or a compaction) runs in the background: next round
             return
         started = time.perf_counter()
         try:
@@ -383,11 +419,15 @@ class Watcher:
                 return
             live.building = True
             report = build(wiki, changed=changed)
+            if report.update:
+                self._compact_at[name] = time.monotonic() + self.compact_seconds
+            elif report.state == "built":
+                self._compact_at.pop(name, None)
         except BuildError as exc:
             if not self.ws.wikis_dir.joinpath(name).is_dir():
                 return  # renamed or removed meanwhile: reported as gone by handle()
             if "another build" in str(exc):
-                self._pending.add(name)  # someone else is building it: look again next round
+                self._hold(name, changed)  # someone else is building it: look again next round
                 return
             self._problem(Event("error", name, _serving_note(f"{exc}")))
             return
@@ -421,8 +461,13 @@ class Watcher:
                 continue
             del self._jobs[name]
             self.live[name].building = False
+            compaction = name in self._compacting
+            self._compacting.discard(name)
             if job.state == "failed":
                 self._problem(Event("error", name, _serving_note(job.error or "the build failed")))
+            elif compaction:  # the same passages, written as one base: nothing a reader needs to hear
+                self.live.setdefault(name, Live()).checked = time.time()
+                log.info("%s: compacted in %.2f s", name, job.seconds)
             else:
                 self._done(name, job.state, job.files, job.seconds, None, 0, quiet=False)
 

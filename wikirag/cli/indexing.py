@@ -57,6 +57,27 @@ def _update_manifest(ws: Workspace, name: str, source: str | None, tags: tuple[s
     write_manifest(folder, data)
 
 
+def _changed_paths(wiki: Wiki, given: tuple[str, ...]) -> list[str]:
+    """``--changed`` paths as the build takes them: relative to the wiki's source folder, ``/``-separated
+    (an absolute path must lie inside that folder)."""
+    import posixpath
+
+    root = wiki.source_spec().root
+    out = []
+    for raw in given:
+        path = Path(raw).expanduser()
+        if path.is_absolute():
+            try:
+                path = path.resolve().relative_to(root.resolve())
+            except ValueError:
+                raise click.UsageError(f"--changed {raw}: not inside wiki '{wiki.name}''s source folder {root}") from None
+        rel = posixpath.normpath(path.as_posix())
+        if rel == "." or rel.startswith("../"):
+            raise click.UsageError(f"--changed {raw}: give a page's path relative to the source folder {root}")
+        out.append(rel)
+    return out
+
+
 def _build_one(wiki: Wiki, force: bool, as_json: bool, changed: tuple[str, ...] | None = None) -> dict:
     bars: dict[str, object] = {}
 
@@ -129,7 +150,8 @@ def build(ctx, name, source, tags, sensitivity, title, build_all, force, as_json
     reports, failures = [], []
     for wiki_name in names:
         try:
-            reports.append(_build_one(ws.wiki(wiki_name), force, as_json, changed or None))
+            wiki = ws.wiki(wiki_name)
+            reports.append(_build_one(wiki, force, as_json, _changed_paths(wiki, changed) if changed else None))
         except WikiragError as exc:
             if not build_all:
                 raise
