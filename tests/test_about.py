@@ -129,7 +129,7 @@ def test_public_help_lists_its_description_and_both_public_wikis(examples: Works
     assert label(found[1]) == "brewing/.wiki.yaml:2 (Coffee brewing)"
 
 
-def test_a_wiki_above_the_clearance_is_never_listed(ws: Workspace) -> None:
+def test_a_wiki_above_the_clearance_is_never_listed_in_a_composition_of_mixed_levels(ws: Workspace) -> None:
     team = ws.composition("team", "internal")  # internal: alpha (public) and beta (internal)
     assert {p.wiki for p in about.passages(ws, team, "internal")} == {"", "alpha", "beta"}
     low = about.passages(ws, team, "public")  # the composition is above it: no description either

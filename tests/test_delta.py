@@ -98,8 +98,8 @@ def test_an_update_writes_only_the_change_and_searches_as_a_full_build(orchard: 
     assert store.read_files(idx.folder, idx.manifest) == store.read_files(fresh.folder, fresh.manifest)
     assert idx.manifest["chunks"] == fresh.manifest["chunks"] and idx.manifest["indexed_files"] == fresh.manifest["indexed_files"]
     # the folders' listings as a walk finds them, and their mtimes now: the query path's freshness check is quiet
-    assert {k: v[1] for k, v in idx.manifest["folders"].items()} == {k: v[1] for k, v in fresh.manifest["folders"].items()}
-    assert folders_changed(wiki, idx.manifest) == []
+    assert {k: v[1] for k, v in idx.folders.items()} == {k: v[1] for k, v in fresh.folders.items()}
+    assert folders_changed(wiki, idx.folders) == []
     terms = set(fresh.bm25.vocab)
     assert terms <= set(idx.bm25.vocab)
     for term in terms:

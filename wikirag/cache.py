@@ -147,7 +147,10 @@ class IndexCache:
     def _freshness(self, wiki: Wiki, loaded: LoadedIndex, now: float) -> list[str]:
         """A warning if files were added, removed or renamed in the wiki's source folders since its build."""
         self._fresh_at[wiki.current_pointer] = now
-        changed = sources.folders_changed(wiki, loaded.manifest)
+        try:
+            changed = sources.folders_changed(wiki, loaded.folders)
+        except IndexMissing as exc:
+            return [str(exc)]
         if not changed:
             return []
         shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")

@@ -8,7 +8,7 @@ them) and writes it, the link graph, the dense layer (if the wiki has one) and t
 (:mod:`wikirag.chunkfile`) into a new build that :func:`wikirag.store.publish` makes serve atomically.
 ``manifest.json`` records the format version, the wikirag and bm25s versions, the tokenizer, BM25 and
 chunking settings and the mtime and listing of every source folder walked (the query path's freshness
-check, :func:`wikirag.sources.folders_changed`); ``files.json`` every source file's sha256, size, mtime
+check, :func:`wikirag.sources.folders_changed`: in ``folders.json``); ``files.json`` every source file's sha256, size, mtime
 and chunk count: :func:`status` compares them with the sources as they are now.
 
 The work per file is bounded before anything is parsed: a file over ``chunking.max_file_mb`` is not
@@ -194,7 +194,7 @@ def _token_ids(chunks: list[Chunk], got: _Collected, prev: _Previous) -> tuple[l
 
 def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], got: _Collected, prev: _Previous,
                  known: list[str], manifest: dict, started: float, previous: list[Path],
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, folders: dict[str, list]) -> None:
     words, ids, lengths = _token_ids(chunks, got, prev)
     BM25Layer.build_from_ids(ids, lengths, words, folder / "bm25")
     links = {p: v for p, v in got.links.items() if got.chunks.get(p)}
@@ -210,6 +210,7 @@ def _write_build(wiki: Wiki, folder: Path, chunks: list[Chunk], got: _Collected,
         manifest["dense"] = asdict(info)
     chunkfile.write(folder, chunks, {p: (r["size"], r["mtime_ns"]) for p, r in got.records.items()})
     store.write_files(folder, got.records)
+    store.write_folders(folder, folders)
     manifest["build_seconds"] = round(time.perf_counter() - started, 3)
 
 
@@ -460,12 +461,12 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
             "settings": settings,
             "chunks": len(chunks),
             "indexed_files": files,
-            "folders": found.folders,
         }
         previous = [store.build_folder(wiki, prev_id) / "dense"] if prev_id and prev is not None else []
         known = [s.path for s in found.skipped if s.reason == "meta file"]
         build_id = store.publish(wiki, manifest, lambda folder: _write_build(
-            wiki, folder, chunks, got, before, known, manifest, started, [*previous, *vector_sources], progress))
+            wiki, folder, chunks, got, before, known, manifest, started, [*previous, *vector_sources], progress,
+            found.folders))
         # the previous build stays for readers that have just read CURRENT, if it was a valid one
         store.sweep(wiki, keep={build_id} | ({prev_id} if prev_id and prev is not None else set()))
         warnings = dense_mod.upload(wiki.name, build_id, store.build_folder(wiki, build_id) / "dense",
@@ -503,7 +504,7 @@ def _update(wiki: Wiki, changed: list[str], started: float) -> BuildReport | Non
         return None
     spec, root = wiki.source_spec(), wiki.source_spec().root
     wanted = glob_regex(spec.pattern) if spec.pattern is not None else None
-    folders = dict(manifest.get("folders") or {})
+    folders = dict(store.read_folders(folder, manifest))
     limit = wiki.manifest.chunking.max_file_mb * 1024 * 1024
     chunk_spec = _Spec.of(wiki)
     base_paths, base_ids = base.paths, base.path_ids()
@@ -636,15 +637,16 @@ def _update(wiki: Wiki, changed: list[str], started: float) -> BuildReport | Non
         "wikirag_version": __version__,
         "chunks": len(base) - len(removed_ids) + len(chunks),
         "indexed_files": indexed,
-        "folders": folders,
         "delta": {"base": (manifest.get("delta") or {}).get("base", build_id), "pages": len(paths),
                   "passages": len(chunks), "removed": len(removed_ids)},
     })
-    linked = {n: d for n, d in checksums.items() if not n.startswith(f"{delta_mod.FOLDER}/")}
+    new_manifest.pop("folders", None)  # (a first build of format 8 has them there)
+    linked = {n: d for n, d in checksums.items() if not n.startswith(f"{delta_mod.FOLDER}/") and n != store.FOLDERS}
 
     def write(tmp: Path) -> None:
         delta_mod.link_base(folder, tmp, linked, trusted)
         delta_mod.write(tmp, chunks, sources, removed_ids, words_of(vocab), ids, lengths, records, gone, links)
+        store.write_folders(tmp, folders)
         new_manifest["build_seconds"] = round(time.perf_counter() - started, 3)
 
     # older builds go first: removing a hard link changes the ctime of the file it shares with the new
