@@ -284,11 +284,30 @@ def _read_all(spec: _Spec, jobs: list[tuple[str, Path, str | None]]) -> Iterator
         for job in jobs:
             yield _read_and_chunk(spec, *job)
         return
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        yield from _pool(workers).map(functools.partial(_read_and_chunk, spec), *zip(*jobs), chunksize=PARALLEL_BATCH)
+    except BrokenProcessPool:
+        _POOL.clear()  # a worker died (killed, out of memory): the next build starts new ones
+        raise
+
+
+_POOL: list = []  # the process's worker pool, started by its first large build and kept for the next ones
+
+
+def _pool(workers: int):
+    """The worker processes, started once per process (``wikirag build --all`` of 100 wikis spawned them
+    100 times: a second each) and stopped when it exits. Spawned, not forked (see :func:`_read_all`)."""
+    import atexit
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn, not fork: a build may run in a thread of the app, and forking a process with threads can deadlock
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield from pool.map(functools.partial(_read_and_chunk, spec), *zip(*jobs), chunksize=PARALLEL_BATCH)
+    if not _POOL:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(pool.shutdown, cancel_futures=True)
+        _POOL.append(pool)
+    return _POOL[0]
 
 
 def _collect(wiki: Wiki, files: list, prev_files: dict, prev_chunks: dict[str, list[Chunk]],
