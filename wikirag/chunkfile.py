@@ -21,7 +21,7 @@ not parsed at all.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,27 @@ FOLDER = "passages"
 _PATH, _START, _END, _LINE, _HEADING, _LO, _HI = range(7)
 
 
-class Strings(Sequence[str]):
+class Indexed(Sequence):
+    """A read-only sequence whose items are made when asked for (:meth:`item`, for ``0 <= i < len``):
+    slices and negative indices are handled here."""
+
+    def item(self, i: int):  # pragma: no cover - every subclass has its own
+        raise NotImplementedError
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.item(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self.item(int(i) % n)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self.item(i)
+
+
+class Strings(Indexed, Sequence[str]):
     """Strings stored UTF-8 end to end (``blob``), string ``i`` at bytes ``offsets[i]:offsets[i + 1]``:
     each is decoded when asked for."""
 
@@ -43,12 +63,7 @@ class Strings(Sequence[str]):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
+    def item(self, i: int) -> str:
         return self.blob[int(self.offsets[i]):int(self.offsets[i + 1])].decode("utf-8")
 
     @staticmethod
@@ -66,7 +81,7 @@ class Strings(Sequence[str]):
         return cls(blob, offsets)
 
 
-class ChunkTable(Sequence[Chunk]):
+class ChunkTable(Indexed, Sequence[Chunk]):
     """A build's passages, in index order. Read-only; indexing makes a :class:`Chunk`."""
 
     def __init__(self, table: np.ndarray, text: bytes | mmap.mmap, paths: Sequence[str], headings: Sequence[str],
@@ -85,16 +100,10 @@ class ChunkTable(Sequence[Chunk]):
     def __len__(self) -> int:
         return len(self.table)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def item(self, i: int) -> Chunk:
         row = self.table[i].tolist()
         return Chunk(self.paths[row[_PATH]], row[_START], row[_END], row[_LINE], self.headings[row[_HEADING]],
                      self.text[row[_LO]:row[_HI]].decode("utf-8"))
-
-    def __iter__(self) -> Iterator[Chunk]:
-        for i in range(len(self)):
-            yield self[i]
 
     def path_ids(self) -> np.ndarray:
         """Each passage's path, as an index into :attr:`paths`."""

@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +107,7 @@ def read(manifest: dict, files: checked.Files, base_passages: int) -> Delta | No
     return Delta(str(info.get("base")), removed, table, words, ids, lengths, files)
 
 
-class _Joined(Sequence[str]):
+class _Joined(chunkfile.Indexed, Sequence[str]):
     """Two sequences of strings end to end."""
 
     def __init__(self, first: Sequence[str], second: Sequence[str]):
@@ -116,12 +116,7 @@ class _Joined(Sequence[str]):
     def __len__(self) -> int:
         return len(self.first) + len(self.second)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
+    def item(self, i: int) -> str:
         return self.first[i] if i < len(self.first) else self.second[i - len(self.first)]
 
 
@@ -139,18 +134,9 @@ class Overlay(chunkfile.ChunkTable):
     def __len__(self) -> int:
         return len(self.kept) + len(self.delta)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
+    def item(self, i: int) -> Chunk:
         n = len(self.kept)
-        return self.base[int(self.kept[i])] if i < n else self.delta[i - n]
-
-    def __iter__(self) -> Iterator[Chunk]:
-        for i in range(len(self)):
-            yield self[i]
+        return self.base.item(int(self.kept[i])) if i < n else self.delta.item(i - n)
 
     def source_stats(self, ids) -> dict[str, tuple[int, int]]:
         n = len(self.kept)

@@ -603,7 +603,7 @@ def _update(wiki: Wiki, changed: list[str], started: float) -> BuildReport | Non
     kept_tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # path -> its token ids and lengths there
     if old is not None:
         starts = np.concatenate([[0], np.cumsum(old.lengths)])
-        for path, (lo, hi) in old.table.ranges().items():
+        for path, (lo, hi) in old_ranges.items():
             if path not in touched:
                 kept_chunks[path] = old.table[lo:hi]
                 kept_tokens[path] = (old.ids[int(starts[lo]):int(starts[hi])], old.lengths[lo:hi])
