@@ -366,3 +366,31 @@ def test_the_offline_answer_reads_a_linked_sentence_after_the_link_that_leads_to
         assert fact in result.text.split(" says: ", 1)[1].split("\n")[0], result.text  # the fact leads, after the hop
         cited = {c.passage.path for c in result.citations}
         assert {"projects/falcon.md", page} <= cited
+
+
+def test_a_hop_is_led_back_to_the_page_the_question_names_through_the_page_it_describes(tmp_path: Path) -> None:
+    """Two hops: Avocet's page links to Topaz's, whose On-call section links to the Payments team; Cobalt's
+    On-call links there too. Asked for the city of the team owning "the card service behind Avocet's
+    renewals", the People section is reached from Avocet through Topaz: not from Topaz alone (the nearest
+    page holding a question word, "card"), which left out the page the question names, nor through
+    Cobalt, as long a path but through a page that matches nothing of the question."""
+    files = {
+        "projects/avocet.md": "# Project Avocet\n\nAvocet renews subscriptions every month. Card payments for "
+                              "each renewal go through [[topaz|Topaz]].\n",
+        "services/cobalt.md": "# Cobalt\n\nCobalt stores orders and baskets.\n\n## On-call\n\n"
+                              "Run by the [[payments|Payments team]].\n",
+        "services/topaz.md": "# Topaz\n\nTopaz wraps the card providers behind one API.\n\n## On-call\n\n"
+                             "Run by the [[payments|Payments team]].\n",
+        "teams/payments.md": "# Payments team\n\nThe team looks after money flows.\n\n## People\n\n"
+                             "Six engineers in the Dublin office.\n",
+    }
+    make_wiki(tmp_path, "catalogue", files, sensitivity="internal", extra="layers: {graph: {}}\n")
+    (tmp_path / "rags").mkdir(exist_ok=True)
+    (tmp_path / "rags" / "cat.yaml").write_text("sensitivity: internal\nwikis: [catalogue]\n")
+    ws = Workspace(tmp_path, recheck_seconds=0)
+    build(ws.wiki("catalogue"))
+    found = search(ws, "cat", "In which city do the engineers running the card service behind Avocet's renewals "
+                   "work?", clearance="internal", k=8, layers=("bm25", "graph"))
+    people = next(p for p in found.passages if p.heading == "Payments team > People")
+    assert [(h.path, h.to_path) for h in people.via] == [("projects/avocet.md", "services/topaz.md"),
+                                                         ("services/topaz.md", "teams/payments.md")]

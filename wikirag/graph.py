@@ -26,8 +26,7 @@ any other target is a dead end.
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,27 +265,36 @@ class ComposedGraph:
         empty if none)."""
         return [hop for hop, _ in self.route(seeds, target, max_steps)]
 
-    def route(self, seeds: Sequence[int], target: int, max_steps: int = 12) -> list[tuple[Hop, int]]:
+    def route(self, seeds: Sequence[int], target: int, max_steps: int = 12,
+              value: Callable[[int], float] | None = None) -> list[tuple[Hop, int]]:
         """:meth:`path` with, for each link, the passage node that holds it (where a citation of the hop
-        points)."""
+        points). Of the shortest paths, the one whose nodes have the most ``value`` in all (the question's
+        match of each passage: "the store holding Falcon's sessions" goes Falcon → Quartz → Storage team,
+        not Falcon → Cobalt → Storage team, though both are two links); without ``value``, the first found
+        breadth-first, seeds in their order."""
         if self._adjacency is None:
             adjacency: list[list[int]] = [[] for _ in range(self.size)]
             for e, a in enumerate(self.src.tolist()):
                 adjacency[a].append(e)
             self._adjacency = adjacency
+        worth = value or (lambda node: 0.0)
         # start from the seeds on other pages: a path into another page must cross a link (or tag)
         parent: dict[int, int] = {s: -1 for s in seeds if self.page_node[s] != self.page_node[target]}
-        # only nodes with a parent entry are queued, so the parent links never form a cycle
-        queue, steps = deque((s, 0) for s in parent), 0
-        while queue:
-            node, steps = queue.popleft()
-            if node == target or steps >= max_steps:
-                break
-            for e in self._adjacency[node]:
-                nxt = int(self.dst[e])
-                if nxt not in parent:
-                    parent[nxt] = e
-                    queue.append((nxt, steps + 1))
+        gained = {s: worth(s) for s in parent}
+        # level by level, so that each node's parent is the best of the previous level's (a node is given a
+        # parent once, from an earlier level: the parent links never form a cycle)
+        level, steps = list(parent), 0
+        while level and target not in parent and steps < max_steps:
+            found: dict[int, int] = {}
+            for node in level:
+                for e in self._adjacency[node]:
+                    nxt = int(self.dst[e])
+                    if nxt not in parent and (nxt not in found or gained[node] > gained[int(self.src[found[nxt]])]):
+                        found[nxt] = e
+            for nxt, e in found.items():
+                parent[nxt] = e
+                gained[nxt] = gained[int(self.src[e])] + worth(nxt)
+            level, steps = list(found), steps + 1
         if target not in parent:
             return []
         hops, node = [], target

@@ -30,7 +30,7 @@ from .composition import Composition
 from .errors import AccessDenied, CompositionError, DenseUnavailable, EmbeddingError, IndexMissing, NotFound, QueryError
 from .fusion import Candidates, Fused
 from .graph import ComposedGraph
-from .passage import Contribution, Passage
+from .passage import Contribution, Hop, Passage
 from .store import LoadedIndex
 from .wiki import DENSE_FLOORS, Wiki
 from .workspace import Workspace, audit_reason
@@ -44,6 +44,9 @@ GRAPH_WINDOW = 100
 RERANK_DEPTH = 10
 RERANK_RANK = 0.15
 LAYERS = ("bm25", "dense", "graph")
+# a passage's via is led back at most this many times to a page holding a question term the path lacks
+# (_ReachedFrom.route: "the card service behind Avocet's renewals" is Avocet → Topaz → Payments team)
+ROUTE_BACK = 2
 MAX_QUESTION_CHARS = 10_000
 _WORD = re.compile(r"\w")
 # what check_question makes of a question's characters (its docstring says why)
@@ -393,10 +396,11 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         first = method.fuse(candidates, max(k, seed_count))
         seeds = _seeds(view, first, specs, seed_count)
         if seeds:
-            rows.append(_graph_rows(graph, seeds, specs, _question_match(candidates, view)))
+            match = _question_match(candidates, view)
+            rows.append(_graph_rows(graph, seeds, specs, match))
             candidates = _candidates(view, rows, weights, term_counts, prior, top)
     else:
-        seeds = []
+        seeds, match = [], None
     passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
     reached_from = None
     if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
@@ -409,8 +413,8 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
         via = ()
         if graph is not None and any(x.layer == "graph" for x in hit.contributions):
             node = int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id
-            reached_from = reached_from or _ReachedFrom(view, graph, seeds, cols)
-            route = graph.route(reached_from(node), node)
+            reached_from = reached_from or _ReachedFrom(view, graph, seeds, cols, match)
+            route = reached_from.route(node)
             via = tuple(hop for hop, _ in route)
             for _, source in route:
                 w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
@@ -595,16 +599,21 @@ class _ReachedFrom:
     on Cobalt's page). A passage whose page has every term a linking seed shares with the question ("In
     which region is Cobalt DB hosted?", and Marble Warehouse's page links to Cobalt's) is found for itself,
     not through the link. (The offline answer states a hop by the like rule on the answer's passage rather
-    than its page: extractive._hop_sentences.)
+    than its page: extractive._hop_sentences.) :meth:`route` is the path of links itself.
     Which passage holds which term is read from the BM25 postings (sorted doc ids: a binary search per
     passage and term), nothing is tokenized again."""
 
-    def __init__(self, view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], cols: list[int]):
+    def __init__(self, view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], cols: list[int],
+                 match: tuple[np.ndarray, np.ndarray] | None = None):
         self.bm25, self.graph = view.bm25, graph
         self.cols = sorted(set(cols))
         self.seeds = [s for s, _ in seeds]
         self.seed_terms = self._holds(np.array(self.seeds, dtype=np.int64))
         self.pages: dict[int, np.ndarray] = {}
+        keys, values = match if match is not None else (np.empty(0, dtype=np.int64), np.empty(0))
+        self.match = dict(zip(keys.tolist(), values.tolist()))
+        df = np.array([self.bm25.indptr[c + 1] - self.bm25.indptr[c] for c in self.cols], dtype=np.float64)
+        self.idf = np.log1p(float(self.bm25.offsets[-1]) / np.maximum(df, 1.0))
 
     def _holds(self, nodes: np.ndarray) -> np.ndarray:
         """(len(nodes), len(cols)) booleans: does the passage hold the term."""
@@ -613,15 +622,46 @@ class _ReachedFrom:
             out[:, j] = _find(self.bm25.indices[self.bm25.indptr[col]:self.bm25.indptr[col + 1]], nodes)[1]
         return out
 
-    def __call__(self, node: int) -> list[int]:
+    def _route(self, seeds: list[int], node: int, covered: np.ndarray) -> list[tuple[Hop, int]]:
+        """The path to ``node`` from the seed whose page holds most of the question terms ``covered`` lacks
+        (by IDF), then through the passages matching the question best, of the shortest such paths."""
+        start = {s: float(self.idf @ (self._page_terms(s) & ~covered)) for s in seeds}
+        return self.graph.route(seeds, node, value=lambda n: start.get(n, 0.0) + self.match.get(n, 0.0))
+
+    def _page_terms(self, node: int) -> np.ndarray:
+        """The question's terms that the page of passage ``node`` holds anywhere."""
         page = int(self.graph.page_node[node])
         if page not in self.pages:
             w = int(np.searchsorted(self.bm25.offsets, node, side="right") - 1)
             g = self.graph.graphs[w]
             ids = np.asarray(g.chunks_of[int(g.page_of_chunk[node - int(self.bm25.offsets[w])])], dtype=np.int64)
             self.pages[page] = self._holds(ids + int(self.bm25.offsets[w])).any(axis=0)
-        own = self.pages[page]
+        return self.pages[page]
+
+    def __call__(self, node: int, covered: np.ndarray | None = None) -> list[int]:
+        own = self._page_terms(node) if covered is None else covered
         return [s for s, terms in zip(self.seeds, self.seed_terms) if (terms & ~own).any()]
+
+    def route(self, node: int) -> list[tuple[Hop, int]]:
+        """The links passage ``node`` is reached through, each with the passage holding it: the shortest path
+        from the seeds :meth:`__call__` gives, through the passages that match the question best
+        (:meth:`ComposedGraph.route`), then led back while a seed holds a question term that none of the
+        path's pages has: "the card service behind Avocet's renewals", answered on the Payments team's page,
+        is reached from Topaz Payments' page (it says "card"), and Topaz from Avocet's (it says "Avocet"),
+        so the path is Avocet → Topaz → Payments team, not Topaz → Payments team. At most
+        :data:`ROUTE_BACK` times."""
+        route = self._route(self(node), node, self._page_terms(node))
+        for _ in range(ROUTE_BACK):
+            if not route:
+                break
+            pages = {int(self.graph.page_node[n]) for n in [node] + [source for _, source in route]}
+            covered = np.logical_or.reduce([self._page_terms(n) for n in [node] + [source for _, source in route]])
+            seeds = [s for s in self(node, covered) if int(self.graph.page_node[s]) not in pages]
+            before = self._route(seeds, route[0][1], covered) if seeds else []
+            if not before or any(int(self.graph.page_node[source]) in pages for _, source in before):
+                break
+            route = before + route
+        return route
 
 
 def _question_match(c: Candidates, view: Composed) -> tuple[np.ndarray, np.ndarray]:
