@@ -206,3 +206,80 @@ def test_a_chain_is_tested_for_a_word_no_wiki_has_by_its_sentence_read_alone() -
 
     assert answers(question, [chained(RARE_COSINE + 0.2)], semantic=True, unknown=["zqxwvissuer"])
     assert not answers(question, [chained(RARE_COSINE - 0.2)], semantic=True, unknown=["zqxwvissuer"])
+
+
+@pytest.mark.parametrize("question, answering, other", [
+    ("On which weekday does the rotation hand over?", "Handover is on Mondays at 09:30.",
+     "The rotation has six engineers in it."),
+    ("Between which hours do they offer help?", "Support from 08:00 to 18:00 Stockholm time.",
+     "Help is offered by the whole team."),
+    ("How far in advance must they get the ticket?", "Open the ticket at least one sprint ahead.",
+     "Tickets go in the STOR project."),
+    ("How long are the planning cycles?", "The team plans in two-week sprints.", "Planning is done together."),
+    ("How much time off does a week on call earn?", "Each week on call earns one day off.",
+     "Time off is agreed with the manager."),
+    ("Where is the analytics engine hosted?", "Hosted in region eu-north-1.", "The engine is columnar."),
+    ("In which city do the engineers work?", "Six engineers in the Dublin office.", "The engineers work on payments."),
+    ("How many engineers work in the group?", "Seven engineers, most of them in Stockholm.",
+     "The group works on data."),
+])
+def test_what_a_question_asks_for_is_recognised(question: str, answering: str, other: str) -> None:
+    """The answer types (ANSWER_TYPES, and the spelled numbers of a "how many"): a sentence holding what the
+    question asks for outranks one that shares as many of its words but not the thing asked."""
+    from wikirag.extractive import rank
+
+    page = Passage(1, "w", "p.md", 0, 200, 1, "Page", 1.0, f"{other}\n\n{answering}\n")
+    ranked = rank(question, [page], similarity=None)
+    assert ranked[0].sentence.text == answering, [(c.sentence.text, c.coverage) for c in ranked]
+
+
+def test_a_number_word_is_no_answer_to_how_often() -> None:
+    """Spelled numbers count only for "how many": "two login roles" is no answer to "how often"."""
+    from wikirag.extractive import rank
+
+    page = Passage(1, "w", "p.md", 0, 200, 1, "Passwords", 1.0,
+                   "Each service has two login roles for its passwords.\n\nService passwords are changed often, "
+                   "every 90 days.\n")
+    ranked = rank("How often are service passwords changed?", [page], similarity=None)
+    assert "every 90 days" in ranked[0].sentence.text
+
+
+def _linked(heading: str, path: str, text: str, via: tuple = ()) -> Passage:
+    return Passage(1, "w", path, 0, len(text), 1, heading, 1.0, text, (), via)
+
+
+def test_where_links_were_followed_from_the_page_a_question_names_a_passage_off_that_subject_loses(
+        monkeypatch) -> None:
+    """"The rotation of the owners of Egret's photo resizer": the Edge team's On-call is reached from Egret's
+    page (it holds the link), the Storage team's says more of the question's words but neither says Egret
+    nor is reached from a page that does."""
+    from wikirag.passage import Hop
+
+    egret = _linked("Project Egret > Dependencies", "projects/egret.md",
+                    "Product photos are resized by [[edge|the Edge team's resizer]].")
+    hop = Hop("w", "projects/egret.md", 1, "[[edge|the Edge team's resizer]]", "w", "teams/edge.md")
+    edge = _linked("Edge team > On-call", "teams/edge.md", "A rotation of six, with the handover on Mondays.", (hop,))
+    storage = _linked("Storage team > On-call", "teams/storage.md",
+                      "The rotation of the owners hands over on Tuesdays, one week each.")
+    question = "On which weekday does the rotation of the owners of Egret's photo resizer hand over?"
+    passages = [storage, egret, edge]
+    assert extract(question, passages, similarity=None)[1][-1].text.startswith("A rotation of six")
+    monkeypatch.setattr("wikirag.extractive.W_UNANCHORED", 0.0)
+    assert extract(question, passages, similarity=None)[1][0].text.startswith("The rotation of the owners")
+    # a direct question: nothing was reached over links, so a passage need not repeat the question's names
+    direct = "On which weekday does the rotation of Egret's owners hand over?"
+    monkeypatch.setattr("wikirag.extractive.W_UNANCHORED", 10.0)
+    assert extract(direct, [storage, egret], similarity=None)[1][0].text.startswith("The rotation of the owners")
+
+
+def test_a_link_sentence_too_short_to_answer_still_bridges_a_chain() -> None:
+    """"Owned by [[edge]]." is under MIN_CHARS, no answer by itself, but the sentence that leads to the team:
+    the team's sentence is read after it (chained) and the hop is stated."""
+    from wikirag.extractive import rank
+    from wikirag.passage import Hop
+
+    gateway = _linked("Jasper Gateway > On-call", "services/jasper.md", "Owned by [[edge]].")
+    hop = Hop("w", "services/jasper.md", 1, "[[edge]]", "w", "teams/edge.md")
+    people = _linked("Edge team > People", "teams/edge.md", "One engineer works remotely from Leeds.", (hop,))
+    ranked = rank("Where does one engineer of the gateway's owners work?", [people, gateway], similarity=None)
+    assert ranked[0].sentence.text.startswith("One engineer") and ranked[0].chained

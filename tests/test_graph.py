@@ -394,3 +394,22 @@ def test_a_hop_is_led_back_to_the_page_the_question_names_through_the_page_it_de
     people = next(p for p in found.passages if p.heading == "Payments team > People")
     assert [(h.path, h.to_path) for h in people.via] == [("projects/avocet.md", "services/topaz.md"),
                                                          ("services/topaz.md", "teams/payments.md")]
+
+
+def test_a_two_hop_answer_states_both_links_from_the_page_the_question_names(
+        built_examples: Path, tmp_path: Path) -> None:
+    """bench/multihop_hard.jsonl's "In which city do the engineers who own the card-charging service behind
+    Avocet's renewals work?" over the bundled catalogue: the answer is on the Payments team's page, two links
+    from Avocet's (Avocet → Topaz Payments → Payments team). The answer states both links, cites the three
+    pages, and leads with the office, not with a sentence of Topaz's page."""
+    from wikirag.answers import answer
+
+    ws = Workspace(copy_built_examples(built_examples, tmp_path / "ws"))
+    question = "In which city do the engineers who own the card-charging service behind Avocet's renewals work?"
+    result = answer(ws, "systems", question, clearance="internal", model="extractive").result
+    assert result.text.startswith("Project Avocet → Topaz Payments → Payments team: "), result.text
+    assert "Dublin office" in result.text.split(" says: ", 1)[1].split("\n")[0], result.text
+    cited = {c.passage.path for c in result.citations}
+    assert {"projects/avocet.md", "services/topaz-payments.md", "teams/payments.md"} <= cited
+    people = next(c.passage for c in result.citations if c.passage.path == "teams/payments.md")
+    assert [h.path for h in people.via] == ["projects/avocet.md", "services/topaz-payments.md"]

@@ -42,7 +42,12 @@ _QUANTITY_QUESTION = re.compile(
     r"\b(?:how (?:long|many|much|often|hot|cold|big|large|small|far|fast|soon|old|warm|fine|coarse|strong)"
     r"|when|what (?:time|temperature|ratio|size|percentage|dose|weight|port|version|day)|at what|which (?:day|time))\b",
     re.IGNORECASE)
-_NUMBER = re.compile(r"\d")
+_NUMBER_WORDS = r"(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|hundred)"
+_DIGIT = re.compile(r"\d")
+# for "how many", a number spelled counts too ("Seven engineers"; not "one": "the old one"): elsewhere
+# "two login roles" said nothing of "how often"
+_NUMBER = re.compile(rf"\d|\b{_NUMBER_WORDS}\b", re.IGNORECASE)
+_HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
 # the bonus (coverage units) of a sentence holding what the question asks for: "how often" → "every 90
 # days", "how long" → "2 hours", "how far" → "3–5 cm", "when" → "02:30 UTC". 0.3 on bench/questions.jsonl
 # (+3 right) and the 24 of bench/qa_examples.jsonl (+1); 0.6 loses two of them again
@@ -61,9 +66,17 @@ W_HEADING = 0.5  # a question term in the heading path or lead, not the sentence
 # than 1 MB are rejected."). A question term in a bridge counts in full (W_BRIDGE), the sentence is
 # embedded after them, its passage cosine is the best of its own and its bridges' passages', and a chain
 # covering CHAIN_COVERAGE of the question is no refusal whatever its cosine: the multi-hop question
-# describes the page it starts from, so its cosine with the answer's sentence alone is low. Measured on
-# bench/multihop_hard.jsonl (README "Graph layer"); the single-hop answers are unchanged
-W_BRIDGE, CHAIN_COVERAGE = 1.0, 0.7
+# describes the page it starts from, so its cosine with the answer's sentence alone is low. Its cosine is
+# the better of the chain's and the sentence's read alone (a chain of three bridges embeds as the bridges,
+# whatever its last sentence says). Measured on bench/multihop_hard.jsonl (README "Graph layer"): a
+# CHAIN_COVERAGE of 0.7 / 0.65 / 0.6 / 0.5 answered 70 / 71 / 73 / 73 of the 88 right and refused 9 / 9 / 9 / 8
+# of the 20 of bench/multihop_unanswerable.jsonl; the single-hop answers are unchanged
+W_BRIDGE, CHAIN_COVERAGE = 1.0, 0.6
+# a candidate off the subject the question names, where links were followed from it (_unanchored), loses
+# this much: on bench/multihop_hard.jsonl 0 / 0.1 / 0.2 / 0.3 answered 71 / 72 / 73 / 74 of the 88 right, and
+# 18 / 20 / 20 / 20 of the easier 24; 0.2 is kept, the middle rather than the best fit to the hard set
+W_UNANCHORED = 0.2
+_NAME = re.compile(r"\b[A-Z][\w-]*")
 _UNIT = r"(?:second|sec|minute|min|hour|hr|day|week|month|year|quarter)s?"
 
 
@@ -75,16 +88,24 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
     (_ci(r"\bhow often\b|\bhow frequently\b"),
      _ci(r"\bevery\b|\b(?:daily|weekly|nightly|monthly|quarterly|yearly|annually|hourly)\b|\bonce\b|\btwice\b"
           r"|\btimes an?\b|\bper (?:day|week|month|year|hour)\b|\beach (?:day|week|month|year|quarter)\b")),
-    (_ci(r"\bhow long\b|\bhow soon\b|\bwithin how\b"),
-     _ci(rf"\b\d+(?:[.,–-]\d+)?\s*(?:working |business )?{_UNIT}\b|\b\d+:\d\d\b|\b(?:one|two|three|four|five|six|"
-          rf"seven|eight|nine|ten|twelve|a|an) (?:working |business )?{_UNIT}\b")),
+    (_ci(r"\bhow long\b|\bhow soon\b|\bwithin how\b|\bhow far (?:in advance|ahead|behind)\b"
+         r"|\bhow much (?:earlier|later|longer|time)\b"),
+     _ci(rf"\b\d+(?:[.,–-]\d+)?\s*(?:working |business )?{_UNIT}\b|\b\d+:\d\d\b|\b(?:{_NUMBER_WORDS}|one|a|an)[ -]"
+         rf"(?:working |business )?{_UNIT}\b|\b(?:sprint|release|cycle)s?\b")),
     (_ci(r"\bhow (?:hot|cold|warm)\b|\btemperature\b"), _ci(r"°|\bdegrees?\b")),
-    (_ci(r"\bwhat time\b|^\W*when\b|\bwhen (?:do|does|did|is|are|was|will|should|can|must)\b"),
-     _ci(r"\b\d{1,2}:\d\d\b|\b\d{1,2}\s*(?:am|pm)\b|\bUTC\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b")),
+    (_ci(r"\bwhat time\b|^\W*when\b|\bwhen (?:do|does|did|is|are|was|will|should|can|must)\b|\b(?:which|what) "
+         r"(?:hours?|(?:week)?days?)\b|\bweekdays?\b|\bday of the week\b"),
+     _ci(r"\b\d{1,2}:\d\d\b|\b\d{1,2}\s*(?:am|pm)\b|\bUTC\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b")),
     (_ci(r"\bhow (?:far|high|deep|wide|tall)\b|\bwhat distance\b"),
      _ci(r"\b\d+(?:[.,–-]\d+)?\s*(?:mm|cm|m|km|in|inch(?:es)?|ft|feet|metres?|meters?)\b")),
     (_ci(r"\bhow (?:big|large|small)\b|\b(?:largest|biggest|smallest|maximum|minimum|max|size|limit)\b"),
      _ci(r"\b\d+(?:[.,]\d+)?\s*(?:[KMGT]i?B|bytes?|kilobytes?|megabytes?|gigabytes?|terabytes?)\b")),
+    (_ci(r"\bwhere\b[^?]*\b(?:hosted|run|runs|served|deployed)\b"
+         r"|\b(?:which|what) (?:cloud )?(?:regions?|locations?)\b"),
+     re.compile(r"\bregions?\b|\b[a-z]{2}-[a-z]+-\d\b")),
+    (_ci(r"\b(?:which|what) (?:city|cities|town|towns|office|offices)\b"
+         r"|\bwhere\b[^?]*\b(?:work|works|based|sit|sits)\b"),
+     re.compile(r"\b[Oo]ffices?\b|\bremotely\b|\bbased in\b")),
     (_ci(r"\bwhich version\b|\bwhat version\b|\bversion\b"), _ci(r"\b\d+\.\d+\b")),
     (_ci(r"\bwhich port\b|\bwhat port\b|\bport\b"), _ci(r"\bport\s*:?\s*\d{2,5}\b|:\d{2,5}\b")),
 ]
@@ -176,8 +197,9 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     return sorted(b for b in blocks if b[1] > b[0] and re.search(r"\w", text[b[0]:b[1]]))
 
 
-def sentences(n: int, passage: Passage) -> list[Sentence]:
-    """The sentences of ``passage`` (number ``n``), each a verbatim span of the source file."""
+def sentences(n: int, passage: Passage, shortest: int = MIN_CHARS) -> list[Sentence]:
+    """The sentences of ``passage`` (number ``n``), each a verbatim span of the source file, prose ones of
+    ``shortest`` characters or more."""
     out = []
     prose = header = ""  # the last prose (or code comment) seen; the header row of the table being read
     was_row = False
@@ -191,7 +213,7 @@ def sentences(n: int, passage: Passage) -> list[Sentence]:
         cuts = [0] + ([] if whole else [m.end() for m in _SENTENCE_END.finditer(block)]) + [len(block)]
         for s, e in itertools.pairwise(cuts):
             raw = block[s:e].rstrip()
-            if len(raw.strip()) >= (MIN_CODE_CHARS if command else MIN_CHARS):
+            if len(raw.strip()) >= (MIN_CODE_CHARS if command else shortest):
                 start = passage.start + b_start + s + (len(raw) - len(raw.lstrip()))
                 text = " ".join(raw.split())
                 out.append(Sentence(n, start, passage.start + b_start + s + len(raw), text,
@@ -247,7 +269,8 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     what the question asks for (:data:`ANSWER_TYPES`: "how often" → "every …"). The :data:`CANDIDATES`
     best by coverage plus the passage's rank prior are compared with the question by ``similarity``
     (MiniLM cosine of the sentence under its heading and lead), and scored ``W_COSINE·cosine + W_COVERAGE·coverage +
-    W_PASSAGE·passage cosine + W_RANK/passage rank`` (weights chosen by measurement, README "Answers").
+    W_PASSAGE·passage cosine + W_RANK/passage rank`` (weights chosen by measurement, README "Answers"),
+    less :data:`W_UNANCHORED` for a sentence off the subject the question names (:func:`_unanchored`).
 
     ``topic`` is the earlier turn's topic a follow-up carries (:func:`wikirag.followup.parts`): its terms
     count at :data:`W_TOPIC` of their weight (they found the passages; the follow-up's own words say which
@@ -275,7 +298,8 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
                  + W_BRIDGE * sum(weight[t] for t in bridged[s.n - 1] - ts - headed[s.n - 1] - lead)) / total
                 for (s, _), ts, lead in zip(pool, terms, led)]
     if _QUANTITY_QUESTION.search(question):  # "how long/many/often …", "when", "what time": a number answers
-        coverage = [c + W_NUMBER * bool(_NUMBER.search(s.text)) for c, (s, _) in zip(coverage, pool)]
+        number = _NUMBER if _HOW_MANY.search(question) else _DIGIT
+        coverage = [c + W_NUMBER * bool(number.search(s.text)) for c, (s, _) in zip(coverage, pool)]
     for asks, holds in ANSWER_TYPES:
         if asks.search(question):
             coverage = [c + W_TYPE * bool(holds.search(s.text)) for c, (s, _) in zip(coverage, pool)]
@@ -291,16 +315,52 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     own_near = [_passage_cosine(p) for p in passages]
     near = [max([own_near[i]] + [own_near[n - 1] for n in _hop_sources(passages, p)]) for i, p in enumerate(passages)]
     how_to = bool(_HOW_TO.search(question))
+    aside = _unanchored(question, passages)
     out = []
     for j, i in enumerate(chosen):
-        cos = float(cosine[j]) if cosine is not None else 0.0
+        cos = max(float(cosine[j]), float(alone[j])) if cosine is not None else 0.0
         n = pool[i][0].n
         score = W_COSINE * cos + W_COVERAGE * coverage[i] + W_PASSAGE * near[n - 1] + W_RANK / n
         if how_to and _PROHIBITION.match(pool[i][0].text):
             score -= W_PROHIBITION
+        if aside[n - 1]:
+            score -= W_UNANCHORED
         out.append(Scored(pool[i][0], coverage[i], cos, score, near[n - 1], bool(bridges[n - 1]),
                           float(alone[j]) if alone is not None else 0.0))
     return sorted(out, key=lambda c: (-c.score, c.sentence.n, c.sentence.start))
+
+
+def _names(question: str, passages: Sequence[Passage]) -> set[str]:
+    """The terms of the question's names: its capitalised words ("Egret" of "Egret's photo resizer") that a
+    passage's heading path has (a page's title, "Project Egret"). A word that starts a sentence of the
+    question ("How", "Falcon needs …") counts only as a possessive ("Avocet's daily renewals") or where the
+    passages write it capitalised after another word, in a sentence or a heading ("Project Falcon")."""
+    words = []
+    for m in _NAME.finditer(question):
+        initial = not question[:m.start()].strip() or question[:m.start()].rstrip()[-1] in ".?!:;"
+        after = re.compile(rf"(?<=[\w,;)] ){re.escape(m.group())}\b")
+        if not initial or question[m.end():m.end() + 2] in ("'s", "’s") \
+                or any(after.search(p.text) or after.search(p.heading) for p in passages):
+            words.append(m.group())
+    return set(tokenize([" ".join(words)])[0]) & set(tokenize([" ".join(p.heading for p in passages)])[0])
+
+
+def _unanchored(question: str, passages: Sequence[Passage]) -> list[bool]:
+    """Per passage: whether it is off the subject the question names (:func:`_names`), where links were
+    followed from that subject. A passage is on the subject when it, or a passage holding a link it was
+    reached through, says a name; the rest are off it once some passage was reached over links from a
+    passage on it ("the rotation of the owners of Egret's photo resizer": the Edge team's, reached from
+    Egret's page, not the Storage team's, whose page does not say Egret and is reached from no page that
+    does). All ``False`` otherwise: a direct question ("How hot should the water be for a V60?") is
+    answered by a passage that need not repeat its names."""
+    names = _names(question, passages)
+    if not names:
+        return [False] * len(passages)
+    says = [bool(names & set(tokens)) for tokens in tokenize([f"{p.heading} {p.text}" for p in passages])]
+    linked = [any(says[n - 1] for n in _hop_sources(passages, p)) for p in passages]
+    if not any(linked):
+        return [False] * len(passages)
+    return [not (x or y) for x, y in zip(says, linked)]
 
 
 def _passage_cosine(p: Passage) -> float:
@@ -355,7 +415,9 @@ def _bridges(passages: Sequence[Passage], p: Passage) -> list[Sentence]:
     out = []
     for hop, n in zip(p.via, _hop_sources(passages, p)):
         q = passages[n - 1]
-        found = next((s for s in sentences(n, q) if hop.link in q.text[s.start - q.start:s.end - q.start]), None)
+        # however short: "Owned by [[edge]]." is no answer, but it is the link that leads to one
+        found = next((s for s in sentences(n, q, shortest=1) if hop.link in q.text[s.start - q.start:s.end - q.start]),
+                     None)
         if found is None:
             return []
         out.append(found)

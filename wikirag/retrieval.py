@@ -605,9 +605,11 @@ class _ReachedFrom:
 
     def __init__(self, view: Composed, graph: ComposedGraph, seeds: list[tuple[int, float]], cols: list[int],
                  match: tuple[np.ndarray, np.ndarray] | None = None):
-        self.bm25, self.graph = view.bm25, graph
+        self.view, self.bm25, self.graph = view, view.bm25, graph
         self.cols = sorted(set(cols))
+        self.titles: dict[int, np.ndarray] = {}
         self.seeds = [s for s, _ in seeds]
+        self.weight = dict(seeds)
         self.seed_terms = self._holds(np.array(self.seeds, dtype=np.int64))
         self.pages: dict[int, np.ndarray] = {}
         keys, values = match if match is not None else (np.empty(0, dtype=np.int64), np.empty(0))
@@ -624,8 +626,9 @@ class _ReachedFrom:
 
     def _route(self, seeds: list[int], node: int, covered: np.ndarray) -> list[tuple[Hop, int]]:
         """The path to ``node`` from the seed whose page holds most of the question terms ``covered`` lacks
-        (by IDF), then through the passages matching the question best, of the shortest such paths."""
-        start = {s: float(self.idf @ (self._page_terms(s) & ~covered)) for s in seeds}
+        (by IDF, times the seed's weight: 1 / its rank), then through the passages matching the question
+        best, of the shortest such paths."""
+        start = {s: self.weight[s] * float(self.idf @ (self._page_terms(s) & ~covered)) for s in seeds}
         return self.graph.route(seeds, node, value=lambda n: start.get(n, 0.0) + self.match.get(n, 0.0))
 
     def _page_terms(self, node: int) -> np.ndarray:
@@ -638,6 +641,17 @@ class _ReachedFrom:
             self.pages[page] = self._holds(ids + int(self.bm25.offsets[w])).any(axis=0)
         return self.pages[page]
 
+    def _title_terms(self, node: int) -> np.ndarray:
+        """The question's terms that the title of passage ``node``'s page (its heading path's first
+        heading) holds."""
+        page = int(self.graph.page_node[node])
+        if page not in self.titles:
+            w = int(np.searchsorted(self.bm25.offsets, node, side="right") - 1)
+            heading = self.view.chunks[self.view.names[w]][node - int(self.bm25.offsets[w])].heading
+            held = set(self.bm25.columns(tokenize([heading.split(" > ")[0]])[0]))
+            self.titles[page] = np.array([c in held for c in self.cols], dtype=bool)
+        return self.titles[page]
+
     def __call__(self, node: int, covered: np.ndarray | None = None) -> list[int]:
         own = self._page_terms(node) if covered is None else covered
         return [s for s, terms in zip(self.seeds, self.seed_terms) if (terms & ~own).any()]
@@ -645,18 +659,20 @@ class _ReachedFrom:
     def route(self, node: int) -> list[tuple[Hop, int]]:
         """The links passage ``node`` is reached through, each with the passage holding it: the shortest path
         from the seeds :meth:`__call__` gives, through the passages that match the question best
-        (:meth:`ComposedGraph.route`), then led back while a seed holds a question term that none of the
-        path's pages has: "the card service behind Avocet's renewals", answered on the Payments team's page,
-        is reached from Topaz Payments' page (it says "card"), and Topaz from Avocet's (it says "Avocet"),
-        so the path is Avocet → Topaz → Payments team, not Topaz → Payments team. At most
-        :data:`ROUTE_BACK` times."""
+        (:meth:`ComposedGraph.route`), then led back while the title of a seed's page has a question term
+        that none of the path's pages has (the page the question names): "the card service behind Avocet's
+        renewals", answered on the Payments team's page, is reached from Topaz Payments' page (it says
+        "card"), and Topaz from Project Avocet's, so the path is Avocet → Topaz → Payments team, not
+        Topaz → Payments team. Only a title leads back: a page that merely holds a question word ("due")
+        is no subject of the question. At most :data:`ROUTE_BACK` times."""
         route = self._route(self(node), node, self._page_terms(node))
         for _ in range(ROUTE_BACK):
             if not route:
                 break
             pages = {int(self.graph.page_node[n]) for n in [node] + [source for _, source in route]}
             covered = np.logical_or.reduce([self._page_terms(n) for n in [node] + [source for _, source in route]])
-            seeds = [s for s in self(node, covered) if int(self.graph.page_node[s]) not in pages]
+            seeds = [s for s in self.seeds if int(self.graph.page_node[s]) not in pages
+                     and (self._title_terms(s) & ~covered).any()]
             before = self._route(seeds, route[0][1], covered) if seeds else []
             if not before or any(int(self.graph.page_node[source]) in pages for _, source in before):
                 break
