@@ -113,6 +113,23 @@ def test_personalized_pagerank_on_a_hand_checked_graph(chain: Workspace) -> None
     assert [(h.path, h.link, h.to_path) for h in hops] == [("a.md", "[[b]]", "b.md"), ("b.md", "[c](c.md)", "c.md")]
 
 
+def test_of_equally_short_paths_the_route_takes_the_one_through_what_matches(tmp_path: Path) -> None:
+    """A diamond: a links to b and to c, both link to d. Breadth-first, the path to d goes through b (a's
+    first link); told that c matches the question (``value``), it goes through c."""
+    filler = "with enough words to make a passage of its own"
+    make_wiki(tmp_path, "diamond", {"a.md": f"# A\n\nPage a links to [[b]] and to [[c]] {filler}.",
+                                    "b.md": f"# B\n\nPage b links to [[d]] {filler}.",
+                                    "c.md": f"# C\n\nPage c links to [[d]] {filler}.",
+                                    "d.md": f"# D\n\nPage d links nowhere {filler}."}, extra="layers: {graph: {}}\n")
+    ws = Workspace(tmp_path, recheck_seconds=0)
+    build(ws.wiki("diamond"))
+    graph = store.load(ws.wiki("diamond")).graph
+    composed = ComposedGraph(["diamond"], [graph], np.array([0, 4]), [True], [False])
+    assert [h.path for h, _ in composed.route([0], 3)] == ["a.md", "b.md"]
+    assert [h.path for h, _ in composed.route([0], 3, value=lambda node: 1.0 if node == 2 else 0.0)] == [
+        "a.md", "c.md"]
+
+
 def _catalogue(home: Path, graph: bool = True) -> Workspace:
     """A product page links to its database's Backups section; eight decoy services also have backups."""
     files = {"projects/falcon.md": "# Project Falcon\n\nFalcon is the web storefront. Orders live in its main "

@@ -44,8 +44,8 @@ GRAPH_WINDOW = 100
 RERANK_DEPTH = 10
 RERANK_RANK = 0.15
 LAYERS = ("bm25", "dense", "graph")
-# a passage's via is led back at most this many times to a page holding a question term the path lacks
-# (_ReachedFrom.route: "the card service behind Avocet's renewals" is Avocet → Topaz → Payments team)
+# a passage's via is led back at most this many times to a page whose title holds a question term the path
+# lacks (_ReachedFrom.route: "the card service behind Avocet's renewals" is Avocet → Topaz → Payments team)
 ROUTE_BACK = 2
 MAX_QUESTION_CHARS = 10_000
 _WORD = re.compile(r"\w")
@@ -652,8 +652,8 @@ class _ReachedFrom:
             self.titles[page] = np.array([c in held for c in self.cols], dtype=bool)
         return self.titles[page]
 
-    def __call__(self, node: int, covered: np.ndarray | None = None) -> list[int]:
-        own = self._page_terms(node) if covered is None else covered
+    def __call__(self, node: int) -> list[int]:
+        own = self._page_terms(node)
         return [s for s, terms in zip(self.seeds, self.seed_terms) if (terms & ~own).any()]
 
     def route(self, node: int) -> list[tuple[Hop, int]]:
