@@ -191,8 +191,8 @@ def test_a_chain_is_tested_for_a_word_no_wiki_has_by_its_sentence_read_alone() -
     candidate is such a chain, the answer is no longer refused for want of a sentence read alone (a
     multi-hop question's describing words — "the credential issuer behind Lapwing" — are often in no wiki),
     and a chain near the question only through its bridges still is."""
-    from wikirag.extractive import RARE_COSINE, Scored, Sentence, answers
     from wikirag.embeddings import vocabulary
+    from wikirag.extractive import RARE_COSINE, Scored, Sentence, answers
 
     words = vocabulary()
     if words is None:

@@ -374,10 +374,10 @@ def test_the_offline_answer_reads_a_linked_sentence_after_the_link_that_leads_to
 
     ws = Workspace(copy_built_examples(built_examples, tmp_path / "ws"))
     for question, page, fact in [
-            ("What is the biggest value Falcon can put into the store holding its sessions and rendered fragments "
-             "before it is turned away?", "services/quartz-cache.md", "Values larger than 1 MB are rejected."),
-            ("After how many seconds does the entry point that every Falcon browser request passes through give up "
-             "waiting on the backend?", "services/jasper-gateway.md", "29 seconds")]:
+            (("What is the biggest value Falcon can put into the store holding its sessions and rendered fragments "
+              "before it is turned away?"), "services/quartz-cache.md", "Values larger than 1 MB are rejected."),
+            (("After how many seconds does the entry point that every Falcon browser request passes through give up "
+              "waiting on the backend?"), "services/jasper-gateway.md", "29 seconds")]:
         result = answer(ws, "systems", question, clearance="internal", model="extractive").result
         assert result.text.startswith("Project Falcon → "), result.text
         assert fact in result.text.split(" says: ", 1)[1].split("\n")[0], result.text  # the fact leads, after the hop
