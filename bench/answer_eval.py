@@ -51,18 +51,21 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().replace("**", "").replace("`", "").split())
 
 
-def workspace(folder: Path | None, eval_dir: Path, tldr_dense: bool = True) -> tuple[Path, bool]:
+def workspace(folder: Path | None, eval_dir: Path | None, tldr_dense: bool = True,
+              prefix: str = "answer-eval-") -> tuple[Path, bool]:
     """A built copy of the example wikis and compositions, plus the tldr wiki (with the dense layer, as
-    every example wiki has, unless ``tldr_dense`` is false: embedding its 4,600 pages takes minutes);
-    (path, made now)."""
+    every example wiki has, unless ``tldr_dense`` is false: embedding its 4,600 pages takes minutes; none
+    without ``eval_dir``); (path, made now). ``folder`` is reused if it holds a workspace already."""
     if folder is not None and (folder / "rags").is_dir():
         return folder, False
-    home = folder or Path(tempfile.mkdtemp(prefix="answer-eval-"))
+    home = folder or Path(tempfile.mkdtemp(prefix=prefix))
     home.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "wikis", home / "wikis", ignore=shutil.ignore_patterns(".index", "__pycache__"))
     shutil.copytree(REPO / "rags", home / "rags")
-    tldr = eval_dir / "markdown" / "tldr-common"
-    if tldr.is_dir():
+    tldr = eval_dir / "markdown" / "tldr-common" if eval_dir is not None else None
+    if tldr is None:
+        pass
+    elif tldr.is_dir():
         (home / "wikis" / "tldr-common").mkdir()
         (home / "wikis" / "tldr-common" / ".wiki.yaml").write_text(
             f"name: tldr-common\ntitle: tldr pages (common)\nsensitivity: public\nsource: {tldr}\n"

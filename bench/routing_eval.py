@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
+
+from answer_eval import workspace
 
 from wikirag import Workspace
 from wikirag.retrieval import LAYERS, search
@@ -35,15 +34,8 @@ LAYER_SETS = {"bm25": ("bm25",), "every layer": LAYERS}
 
 
 def build(folder: Path | None) -> tuple[Path, bool]:
-    if folder is not None and (folder / "rags").is_dir():
-        return folder, False
-    home = folder or Path(tempfile.mkdtemp(prefix="routing-eval-"))
-    home.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(REPO / "wikis", home / "wikis", ignore=shutil.ignore_patterns(".index", "__pycache__"))
-    shutil.copytree(REPO / "rags", home / "rags")
-    subprocess.run([sys.executable, "-m", "wikirag", "--home", str(home), "build", "--all"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return home, folder is None
+    """answer_eval's workspace without the tldr wiki."""
+    return workspace(folder, None, prefix="routing-eval-")
 
 
 def run(home: Path) -> dict:

@@ -20,8 +20,10 @@ tampered, foreign or higher-level one (:mod:`wikirag.store`) is rebuilt from the
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
+import gc
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -416,6 +418,23 @@ def unchanged(wiki: Wiki) -> bool:
     return now == {path: (r.get("size"), r.get("mtime_ns")) for path, r in records.items()}
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector held off while a build runs. A build keeps millions of objects alive at
+    once (a passage, its token list, its records), none of them in a cycle, and the collector goes over
+    all of them again and again as they grow: a fresh build of 98k pages took 24–26 s with it, 20–22 s
+    without, and the 1M-passage one grows worse than linearly with it (1 wiki 377 s against 10 wikis of a
+    tenth each 283 s). Process-wide, so a query in another thread of the app creates no collected cycles
+    until the build ends; re-enabled only by the build that disabled it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
           vector_sources: list[Path] = (), changed: Iterable[str] | None = None) -> BuildReport:
     """Build or update ``wiki``'s index. Unchanged files are not re-chunked; nothing changed → no write.
@@ -432,7 +451,7 @@ def build(wiki: Wiki, *, force: bool = False, progress: Progress | None = None,
     index cannot be written.
     """
     started = time.perf_counter()
-    with store.build_lock(wiki):
+    with store.build_lock(wiki), _no_cycle_collection():
         if changed is not None and not force:
             report = _update(wiki, sorted(set(changed)), started)
             if report is not None:
