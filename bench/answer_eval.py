@@ -63,15 +63,13 @@ def workspace(folder: Path | None, eval_dir: Path | None, tldr_dense: bool = Tru
     shutil.copytree(REPO / "wikis", home / "wikis", ignore=shutil.ignore_patterns(".index", "__pycache__"))
     shutil.copytree(REPO / "rags", home / "rags")
     tldr = eval_dir / "markdown" / "tldr-common" if eval_dir is not None else None
-    if tldr is None:
-        pass
-    elif tldr.is_dir():
+    if tldr is not None and tldr.is_dir():
         (home / "wikis" / "tldr-common").mkdir()
         (home / "wikis" / "tldr-common" / ".wiki.yaml").write_text(
             f"name: tldr-common\ntitle: tldr pages (common)\nsensitivity: public\nsource: {tldr}\n"
             + ("layers:\n  dense: {}\n" if tldr_dense else ""))
         (home / "rags" / "tldr.yaml").write_text("name: tldr\nsensitivity: public\nwikis: [tldr-common]\n")
-    else:
+    elif tldr is not None:
         print(f"note: {tldr} not found: the tldr questions are left out", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "wikirag", "--home", str(home), "build", "--all"], check=True,
                    stdout=subprocess.DEVNULL)

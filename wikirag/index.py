@@ -422,10 +422,10 @@ def unchanged(wiki: Wiki) -> bool:
 def _no_cycle_collection() -> Iterator[None]:
     """Python's cycle collector held off while a build runs. A build keeps millions of objects alive at
     once (a passage, its token list, its records), none of them in a cycle, and the collector goes over
-    all of them again and again as they grow: a fresh build of 98k pages took 24–26 s with it, 20–22 s
-    without, and the 1M-passage one grows worse than linearly with it (1 wiki 377 s against 10 wikis of a
-    tenth each 283 s). Process-wide, so a query in another thread of the app creates no collected cycles
-    until the build ends; re-enabled only by the build that disabled it."""
+    all of them again and again as they grow: a fresh build of 98k pages took 24–26 s with it, 20–23 s
+    without, and one of 1M passages 360 s with it, 273 s without (README "A million passages"), the same
+    peak memory. Process-wide, so a query in another thread of the app creates no collected cycles until
+    the build ends; re-enabled only by the build that disabled it."""
     enabled = gc.isenabled()
     gc.disable()
     try:
