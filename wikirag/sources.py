@@ -180,16 +180,22 @@ def folders_changed(wiki: Wiki, folders: dict[str, list]) -> list[str]:
     A file edited in place is not seen here: :func:`files_changed` checks the files a query returns."""
     root = wiki.source_root
     changed = []
-    for rel, (mtime_ns, digest) in folders.items():
-        folder = os.path.join(root, rel) if rel else root  # strings, not Paths: 2,000 folders cost 5 ms
-        try:
-            if os.stat(folder).st_mtime_ns == mtime_ns:
-                continue
-            if listing_digest(folder_listing(Path(folder))) == digest:
-                continue
-        except OSError:
-            pass
-        changed.append(rel or ".")
+    try:  # each folder is stat'ed relative to the root's descriptor: 33,400 folders 0.11 s, not 0.16 s by path
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return [rel or "." for rel in folders]  # the root itself is gone or unreadable
+    try:
+        for rel, (mtime_ns, digest) in folders.items():
+            try:
+                if os.stat(rel or ".", dir_fd=fd).st_mtime_ns == mtime_ns:
+                    continue
+                if listing_digest(folder_listing(Path(os.path.join(root, rel) if rel else root))) == digest:
+                    continue
+            except OSError:
+                pass
+            changed.append(rel or ".")
+    finally:
+        os.close(fd)
     return changed
 
 
