@@ -313,9 +313,10 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     if cosine is not None and linked:
         alone[linked] = similarity(question, [_context(*pool[chosen[j]]) for j in linked])
     own_near = [_passage_cosine(p) for p in passages]
-    near = [max([own_near[i]] + [own_near[n - 1] for n in _hop_sources(passages, p)]) for i, p in enumerate(passages)]
+    sources = [_hop_sources(passages, p) for p in passages]
+    near = [max([own_near[i]] + [own_near[n - 1] for n in sources[i]]) for i in range(len(passages))]
     how_to = bool(_HOW_TO.search(question))
-    aside = _unanchored(question, passages)
+    aside = _unanchored(question, passages, sources)
     out = []
     for j, i in enumerate(chosen):
         cos = max(float(cosine[j]), float(alone[j])) if cosine is not None else 0.0
@@ -338,26 +339,31 @@ def _names(question: str, passages: Sequence[Passage]) -> set[str]:
     words = []
     for m in _NAME.finditer(question):
         initial = not question[:m.start()].strip() or question[:m.start()].rstrip()[-1] in ".?!:;"
-        after = re.compile(rf"(?<=[\w,;)] ){re.escape(m.group())}\b")
-        if not initial or question[m.end():m.end() + 2] in ("'s", "’s") \
-                or any(after.search(p.text) or after.search(p.heading) for p in passages):
+        if not initial or question[m.end():m.end() + 2] in ("'s", "’s") or _written_within(m.group(), passages):
             words.append(m.group())
     return set(tokenize([" ".join(words)])[0]) & set(tokenize([" ".join(p.heading for p in passages)])[0])
 
 
-def _unanchored(question: str, passages: Sequence[Passage]) -> list[bool]:
+def _written_within(word: str, passages: Sequence[Passage]) -> bool:
+    """Whether a passage writes ``word`` capitalised after another word, in its text or its heading."""
+    after = re.compile(rf"(?<=[\w,;)] ){re.escape(word)}\b")
+    return any(after.search(p.text) or after.search(p.heading) for p in passages)
+
+
+def _unanchored(question: str, passages: Sequence[Passage], sources: Sequence[list[int]]) -> list[bool]:
     """Per passage: whether it is off the subject the question names (:func:`_names`), where links were
     followed from that subject. A passage is on the subject when it, or a passage holding a link it was
     reached through, says a name; the rest are off it once some passage was reached over links from a
     passage on it ("the rotation of the owners of Egret's photo resizer": the Edge team's, reached from
     Egret's page, not the Storage team's, whose page does not say Egret and is reached from no page that
     does). All ``False`` otherwise: a direct question ("How hot should the water be for a V60?") is
-    answered by a passage that need not repeat its names."""
+    answered by a passage that need not repeat its names. ``sources``: each passage's
+    :func:`_hop_sources`."""
     names = _names(question, passages)
     if not names:
         return [False] * len(passages)
     says = [bool(names & set(tokens)) for tokens in tokenize([f"{p.heading} {p.text}" for p in passages])]
-    linked = [any(says[n - 1] for n in _hop_sources(passages, p)) for p in passages]
+    linked = [any(says[n - 1] for n in hops) for hops in sources]
     if not any(linked):
         return [False] * len(passages)
     return [not (x or y) for x, y in zip(says, linked)]
