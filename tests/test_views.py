@@ -150,3 +150,56 @@ def test_many_wikis_load_side_by_side_with_their_view(home: Path) -> None:
     fresh = IndexCache()
     result = search(ws, "six", "leeks", clearance="public", cache=fresh, audit_event=None)
     assert [p.wiki for p in result.passages] == ["w0"]
+
+
+@pytest.fixture
+def five(home: Path) -> Workspace:
+    """Five wikis in one composition: loaded lazily by a new process (IndexCache.prefetch)."""
+    pages = {"orchard": "# Apples\n\nPrune apple trees in late winter; compost the cuttings.\n",
+             "kitchen": "# Soup\n\nTomato soup: roast the tomatoes, then add water and salt.\n",
+             "garden": "# Beds\n\nWater the tomato beds at dawn; mulch keeps them moist.\n",
+             "tools": "# Spades\n\nOil the spade after use so it does not rust.\n",
+             "bees": "# Hives\n\nCheck the hives for the queen every week in spring.\n"}
+    for name, text in pages.items():
+        make_wiki(home, name, {"page.md": text})
+    (home / "rags" / "five.yaml").write_text(f"sensitivity: public\nwikis: [{', '.join(pages)}]\n")
+    ws = Workspace(home, recheck_seconds=0)
+    for name in pages:
+        build(ws.wiki(name))
+    search(ws, "five", "spade", clearance="public", cache=IndexCache(), audit_event=None)  # merged, and saved
+    views.flush()
+    return ws
+
+
+def _read_passages(cache: IndexCache) -> set[str]:
+    return {entry[3].wiki for entry in cache._entries.values() if "_passages" in entry[3].__dict__}
+
+
+def test_a_new_process_reads_the_passages_of_only_the_wikis_it_returns(five: Workspace) -> None:
+    later = IndexCache()
+    result = search(five, "five", "tomato soup", clearance="public", cache=later, audit_event=None)
+    assert {p.wiki for p in result.passages} == {"kitchen", "garden"} and not result.warnings
+    assert len(later._entries) == 5 and _read_passages(later) == {"kitchen", "garden"}
+    assert "Tomato soup: roast" in result.passages[0].text and result.passages[0].wiki == "kitchen"
+
+
+def test_damaged_passages_found_lazily_leave_their_wiki_out_and_the_rest_answers(five: Workspace) -> None:
+    expected = search(five, "five", "tomato water", clearance="public", cache=IndexCache(), audit_event=None)
+    assert {p.wiki for p in expected.passages} == {"kitchen", "garden"}
+    table = next((five.home / "wikis" / "kitchen" / ".index" / "builds").glob("*/passages/table.npy"))
+    data = bytearray(table.read_bytes())
+    data[-1] ^= 0xFF
+    table.write_bytes(bytes(data))
+    cache = IndexCache()
+    # a query that returns none of kitchen's passages does not read them (the damage is not seen yet)
+    apples = search(five, "five", "apple trees", clearance="public", cache=cache, audit_event=None)
+    assert [p.wiki for p in apples.passages] == ["orchard"] and not apples.warnings
+    for _ in range(2):  # found by the first query that returns them; the second is refused at once
+        result = search(five, "five", "tomato water", clearance="public", cache=cache, audit_event=None)
+        assert [p.wiki for p in result.passages] == ["garden"]
+        assert any("index of wiki 'kitchen' is damaged" in w and "table.npy does not match its checksum" in w
+                   for w in result.warnings), result.warnings
+    # the next build serves again
+    build(five.wiki("kitchen"), force=True)
+    again = search(five, "five", "tomato water", clearance="public", cache=cache, audit_event=None)
+    assert {p.wiki for p in again.passages} == {"kitchen", "garden"} and not again.warnings

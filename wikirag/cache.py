@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,7 +41,7 @@ class Composed:
 
     def __init__(self, indexes: list[LoadedIndex], bm25: MergedBM25 | None = None):
         self.names = tuple(idx.wiki for idx in indexes)
-        self.chunks = {idx.wiki: idx.chunks for idx in indexes}
+        self.chunks = _Passages(indexes)  # wiki -> its passages, read when first asked for (lazy loads)
         self.bm25 = bm25 if bm25 is not None else MergedBM25([idx.bm25 for idx in indexes])
         self.indexes = indexes  # their link graphs are read when a query first needs them
         self._graphs: dict[tuple, ComposedGraph] = {}
@@ -55,6 +55,24 @@ class Composed:
                 self._graphs[key] = ComposedGraph(self.names, [idx.graph for idx in self.indexes], self.bm25.offsets,
                                                   enabled, tags)
             return self._graphs[key]
+
+
+class _Passages(Mapping):
+    """Wiki name -> the passages of its loaded index (:attr:`LoadedIndex.chunks`), asked for only when a
+    query uses them: a lazily loaded index reads them then (:class:`wikirag.store.PassagesDamaged` if
+    they are damaged)."""
+
+    def __init__(self, indexes: list[LoadedIndex]):
+        self._indexes = {idx.wiki: idx for idx in indexes}
+
+    def __getitem__(self, wiki: str):
+        return self._indexes[wiki].chunks
+
+    def __iter__(self):
+        return iter(self._indexes)
+
+    def __len__(self) -> int:
+        return len(self._indexes)
 
 
 class IndexCache:
@@ -73,26 +91,31 @@ class IndexCache:
         self._views: OrderedDict[tuple, Composed] = OrderedDict()
         self._serving: OrderedDict[tuple, tuple] = OrderedDict()  # see serving()
         self._early_views: dict[tuple, tuple] = {}  # saved views read by prefetch, for merged()
+        self._damaged: dict[str, tuple[str, str]] = {}  # pointer path -> (build id, why): see damaged()
         self._max_views = max_views
         self.recheck_seconds = recheck_seconds
         self.freshness_seconds = freshness_seconds
         self._clock = clock  # seconds; a test passes its own to step through the recheck interval
         self._lock = threading.RLock()
 
-    def get(self, wiki: Wiki, with_bm25: bool = False) -> tuple[LoadedIndex, list[str]]:
+    def get(self, wiki: Wiki, with_bm25: bool = False, lazy: bool = False) -> tuple[LoadedIndex, list[str]]:
         """The wiki's serving index and warnings about it (e.g. stale). Raises IndexMissing. ``with_bm25``:
-        a new load reads its BM25 layer at once too (:func:`wikirag.store.load`).
+        a new load reads its BM25 layer at once too; ``lazy``: its passages when first used
+        (:func:`wikirag.store.load`).
 
         The build's recorded level is checked against ``wiki``'s level on every call, cached or not
         (:func:`wikirag.store.check_level`): lowering a wiki's level in ``.wiki.yaml`` does not touch
         ``CURRENT``, and its cached build must stop serving at once.
         """
-        loaded, warnings = self._get(wiki, with_bm25)
+        loaded, warnings = self._get(wiki, with_bm25, lazy)
+        damaged = self._damaged.get(wiki.current_pointer)
+        if damaged is not None and damaged[0] == loaded.build_id:
+            raise IndexMissing(damaged[1])
         if loaded.level is None or loaded.level > wiki.level:  # (the level is parsed once per build)
             store.check_level(loaded.manifest, wiki)  # raises, saying why
         return loaded, warnings
 
-    def _get(self, wiki: Wiki, with_bm25: bool = False) -> tuple[LoadedIndex, list[str]]:
+    def _get(self, wiki: Wiki, with_bm25: bool = False, lazy: bool = False) -> tuple[LoadedIndex, list[str]]:
         pointer = wiki.current_pointer
         entry = self._entries.get(pointer)
         now = self._clock()
@@ -111,7 +134,7 @@ class IndexCache:
             self._entries[pointer] = (key, store.build_generation, now, entry[3], warnings)
             return entry[3], warnings
         generation = store.build_generation
-        loaded = store.load(wiki, with_bm25)  # not under the lock: several wikis load at once (see prefetch)
+        loaded = store.load(wiki, with_bm25, lazy)  # not under the lock: several wikis load at once (see prefetch)
         warnings = self._freshness(wiki, loaded, now)
         with self._lock:
             self._entries[pointer] = (key, generation, now, loaded, warnings)
@@ -122,7 +145,9 @@ class IndexCache:
         them their saved merged view from workspace ``home`` (looked up by the builds ``CURRENT`` names now;
         :meth:`merged` uses it if those are the builds loaded): reading and checking files (``read``,
         sha256) runs outside the GIL, so a new process serving 50 wikis loads them in about half the
-        time. Errors are left for :meth:`get` to raise."""
+        time. They are loaded ``lazy`` (:func:`wikirag.store.load`): their passages are read when a query
+        first returns one (1 ms a wiki, not spent on the many a query returns none of). Errors are left
+        for :meth:`get` to raise."""
         missing = [w for w in wikis if w.current_pointer not in self._entries]
         if len(missing) < 4:
             return
@@ -132,7 +157,7 @@ class IndexCache:
         views_dir = views.folder_of(home) if home is not None else None
         with ThreadPoolExecutor(LOAD_THREADS) as pool:
             view = pool.submit(views.load, views_dir, pairs) if views_dir is not None and len(wikis) > 1 else None
-            for future in [pool.submit(self._get, w) for w in missing]:
+            for future in [pool.submit(self._get, w, False, True) for w in missing]:
                 with contextlib.suppress(Exception):
                     future.result()
             if view is not None:
@@ -143,6 +168,14 @@ class IndexCache:
                             if len(self._early_views) >= 2:  # read but never asked for (a build swapped in)
                                 self._early_views.clear()
                             self._early_views[pairs] = got
+
+    def damaged(self, exc: store.PassagesDamaged, wiki: Wiki) -> None:
+        """A lazily loaded build of ``wiki`` whose passages turned out damaged when a query first used
+        them (``exc``): :meth:`get` raises for it from now on (until another build serves), and what
+        queries derived from it is made again, so the query that found it can run again without it."""
+        with self._lock:
+            self._damaged[wiki.current_pointer] = (exc.build_id, str(exc))
+            self._serving.clear()
 
     def _freshness(self, wiki: Wiki, loaded: LoadedIndex, now: float) -> list[str]:
         """A warning if files were added, removed or renamed in the wiki's source folders since its build."""
@@ -202,7 +235,7 @@ class IndexCache:
         if views_dir is not None and len(indexes) > 1:
             saved = self._early_views.pop(pairs, None) or views.load(views_dir, pairs)
             if saved is not None:
-                if saved[1] == [len(idx.chunks) for idx in indexes]:
+                if saved[1] == [idx.passages for idx in indexes]:
                     return Composed(indexes, saved[0]), []
                 views.discard(views_dir, pairs)  # not these builds' passages: made so
         kept, warnings = [], []
@@ -221,7 +254,7 @@ class IndexCache:
         if views_dir is not None and len(kept) > 1 and len(kept) == len(indexes):
             composed.bm25.global_data()  # what the view saves beyond the merge; queries need them anyway
             composed.bm25.term_runs()
-            views.save_later(views_dir, [(*pair, len(idx.chunks)) for pair, idx in zip(pairs, indexes)], composed.bm25)
+            views.save_later(views_dir, [(*pair, idx.passages) for pair, idx in zip(pairs, indexes)], composed.bm25)
         return composed, warnings
 
     def clear(self) -> None:
@@ -231,6 +264,7 @@ class IndexCache:
             self._views.clear()
             self._serving.clear()
             self._early_views.clear()
+            self._damaged.clear()
 
 
 DEFAULT_CACHE = IndexCache()  # the process's cache, used when a query passes none

@@ -349,6 +349,18 @@ def retrieve(workspace: Workspace, comp: Composition, question: str, *, clearanc
     if set(layers) == {"graph"}:
         raise QueryError("the graph layer follows links from the hits of the other layers: add bm25 or dense")
     cache = cache or DEFAULT_CACHE
+    for _ in range(len(comp.wikis)):
+        try:
+            return _retrieve(workspace, comp, question, k, method, layers, cache, started)
+        except store.PassagesDamaged as exc:  # a lazily loaded wiki's passages: left out, and run again
+            cache.damaged(exc, next(w for w in comp.wikis if w.name == exc.wiki))
+    return _retrieve(workspace, comp, question, k, method, layers, cache, started)
+
+
+def _retrieve(workspace: Workspace, comp: Composition, question: str, k: int, method, layers: tuple[str, ...],
+              cache: IndexCache, started: float) -> SearchResult:
+    """:func:`retrieve` once its arguments are checked. Raises :class:`~wikirag.store.PassagesDamaged`
+    when the passages of a lazily loaded wiki it returns turn out damaged (the caller runs it again)."""
     indexes, served_warnings, undense, dense_builds, builds = cache.serving(
         comp.wikis, lambda: _serving(comp.wikis, cache, workspace.home))
     warnings = served_warnings + (undense if "dense" in layers else [])

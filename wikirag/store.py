@@ -41,7 +41,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -75,14 +75,46 @@ except ImportError:  # pragma: no cover
 
 @dataclass(frozen=True)
 class LoadedIndex:
-    """A wiki's index in memory. Read-only: one instance is shared by every thread of a process."""
+    """A wiki's index in memory. Read-only: one instance is shared by every thread of a process.
+
+    Its passages (:attr:`chunks`, and :attr:`delta`) are read and checked at :func:`load`, or, loaded
+    ``lazy``, when first used: a query of a composition of 100 wikis whose merged view is saved needs
+    the passages of only the wikis it returns (see :func:`load`)."""
 
     wiki: str
     build_id: str
     manifest: dict
-    chunks: chunkfile.ChunkTable  # with a delta, a :class:`wikirag.delta.Overlay`
     folder: Path
-    delta: delta_mod.Delta | None = None  # the pages changed since the last full build (:mod:`wikirag.delta`)
+    preloaded: tuple[chunkfile.ChunkTable, delta_mod.Delta | None] | None = field(default=None, repr=False)
+
+    @cached_property
+    def _passages(self) -> tuple[chunkfile.ChunkTable, delta_mod.Delta | None]:
+        if self.preloaded is not None:
+            return self.preloaded
+        try:
+            return read_passages(self.wiki, self.folder, self.manifest,
+                                 checked.reader(self.folder, self.manifest.get("checksums") or {}))
+        except FileNotFoundError:  # (a build keeps its previous one: gone only after two more builds)
+            raise PassagesDamaged(self.wiki, self.build_id, _damaged(self.wiki, "its passages are gone").args[0]) from None
+        except IndexMissing as exc:
+            raise PassagesDamaged(self.wiki, self.build_id, str(exc)) from None
+
+    @property
+    def chunks(self) -> chunkfile.ChunkTable:
+        """The passages, in index order (with a delta, a :class:`wikirag.delta.Overlay`). Loaded lazily, a
+        damaged passage file raises :class:`PassagesDamaged` here."""
+        return self._passages[0]
+
+    @property
+    def delta(self) -> delta_mod.Delta | None:
+        """The pages changed since the last full build (:mod:`wikirag.delta`), if any."""
+        return self._passages[1]
+
+    @property
+    def passages(self) -> int:
+        """How many passages the build has, as its manifest records (without reading them)."""
+        recorded = self.manifest.get("chunks")
+        return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else len(self.chunks)
 
     @cached_property
     def bm25(self) -> BM25Layer:
@@ -159,6 +191,15 @@ def current_build_id(wiki: Wiki) -> str | None:
         return (wiki.index_dir / "CURRENT").read_text(encoding="utf-8", errors="replace").strip()
     except FileNotFoundError:
         return None
+
+
+class PassagesDamaged(IndexMissing):
+    """The passages of a build loaded lazily (:func:`load`) turned out damaged when first used: the query
+    that found it leaves the wiki out (:meth:`wikirag.cache.IndexCache.damaged`) and runs again."""
+
+    def __init__(self, wiki: str, build_id: str, message: str):
+        super().__init__(message)
+        self.wiki, self.build_id = wiki, build_id
 
 
 def _damaged(wiki: Wiki | str, why: str) -> IndexMissing:
@@ -343,12 +384,18 @@ def _real_inside(folder: Path, parts: list[str], inside: dict[str, bool]) -> boo
         return False
 
 
-def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
+def load(wiki: Wiki, with_bm25: bool = False, lazy: bool = False) -> LoadedIndex:
     """Load the serving build of ``wiki``; raise :class:`IndexMissing` with the fix if there is none.
 
     The passages are read and checked now; the BM25 layer when first used (:attr:`LoadedIndex.bm25`) —
     or now, side by side with the passages, ``with_bm25`` (a query of this wiki alone needs both: reading
-    and checking two files at once takes the time of the larger)."""
+    and checking two files at once takes the time of the larger).
+
+    ``lazy``: the passages too are read when first used, so a damaged passage file is found then
+    (:class:`PassagesDamaged`), not here. For the many wikis of one composition (:meth:`wikirag.cache.
+    IndexCache.prefetch`): reading and checking one wiki's seven passage files is about 1 ms, a tenth of
+    a second for 100 wikis of which a query returns passages of a few. The manifest, the level and where
+    every file of the build leads are still checked here."""
     for attempt in range(3):  # a concurrent build may swap CURRENT between our reads: read again
         build_id = current_build_id(wiki)
         if build_id is None:
@@ -358,18 +405,15 @@ def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
             manifest = read_manifest(wiki, build_id)
             files = checked.reader(folder, manifest["checksums"])
             verify(wiki, folder, manifest, skip=NOT_READ_BY_QUERIES, skip_prefixes=READ_CHECKED, files=files)
-            try:
-                if with_bm25:  # both checked now, two at a time (only hashed where no stamp vouches)
+            if lazy:
+                return LoadedIndex(wiki.name, build_id, manifest, folder)
+            if with_bm25:  # both checked now, two at a time (only hashed where no stamp vouches)
+                try:
                     files.check_all([f"{chunkfile.FOLDER}/text.bin"] + [f"bm25/{n}" for n in LOADED if n.endswith(".npy")])
-                chunks = chunkfile.read(folder, files)
-                delta = delta_mod.read(manifest, files, len(chunks))
-                if delta is not None:
-                    chunks = delta_mod.Overlay(chunks, delta.table, delta.removed)
-            except checked.Mismatch as exc:
-                raise _damaged(wiki, str(exc)) from None
-            except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
-                raise _damaged(wiki, f"its passages do not fit together: {exc}") from None
-            return LoadedIndex(wiki.name, build_id, manifest, chunks, folder, delta)
+                except checked.Mismatch as exc:
+                    raise _damaged(wiki, str(exc)) from None
+            passages = read_passages(wiki.name, folder, manifest, files)
+            return LoadedIndex(wiki.name, build_id, manifest, folder, passages)
         except (FileNotFoundError, IndexMissing):
             if attempt < 2 and current_build_id(wiki) != build_id:
                 continue
@@ -380,6 +424,25 @@ def load(wiki: Wiki, with_bm25: bool = False) -> LoadedIndex:
                 ) from None
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_passages(name: str, folder: Path, manifest: dict,
+                  files: checked.Files) -> tuple[chunkfile.ChunkTable, delta_mod.Delta | None]:
+    """A build's passages (with its delta, if any), checked by ``files``: :class:`IndexMissing` if they
+    are damaged or do not fit the manifest's count."""
+    try:
+        chunks = chunkfile.read(folder, files)
+        delta = delta_mod.read(manifest, files, len(chunks))
+        if delta is not None:
+            chunks = delta_mod.Overlay(chunks, delta.table, delta.removed)
+    except checked.Mismatch as exc:
+        raise _damaged(name, str(exc)) from None
+    except (ValueError, KeyError, TypeError) as exc:  # checksums match, content does not: made so
+        raise _damaged(name, f"its passages do not fit together: {exc}") from None
+    recorded = manifest.get("chunks")
+    if isinstance(recorded, int) and recorded != len(chunks):
+        raise _damaged(name, f"{len(chunks)} passages where its manifest records {recorded}")
+    return chunks, delta
 
 
 @contextlib.contextmanager
