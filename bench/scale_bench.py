@@ -33,7 +33,7 @@ Rows of the table (``--only`` takes their names or numbers, comma-separated):
    a child that imports bm25s + Stemmer, ``BM25.load``s the raw index, tokenises the query and takes
    ``get_scores`` + argpartition top-10. Time = from ``Popen`` to the child's answer line on its stdout
    (the parent's clock; interpreter start-up included, exit excluded; time to exit is in ``--json``).
-   3 repetitions of each, interleaved; medians. The 50 wikis' merged view is saved by the first process
+   5 repetitions of each, interleaved; medians. The 50 wikis' merged view is saved by the first process
    that merges them (``.index/views``, :mod:`wikirag.views`) and read by later ones: before the
    repetitions it is removed and one child runs without it (a note: the first start after a rebuild).
 2. ``memory``: resident memory (``VmRSS`` of ``/proc/self/status``, after ``gc.collect()``) of those
@@ -96,7 +96,7 @@ BEIR_SETS = ("beir/scifact", "classic/cranfield", "classic/cisi", "classic/lisa"
 CONVERT_VERSION = "1"                     # bump when the conversion below changes
 COMP = "scale"
 WARMUP = 20
-START_REPEATS = 3
+START_REPEATS = 5  # each start is under a second; raw bm25s's own moves 0.29-0.57 s at 1M
 EDIT_PAGES, EDITS = 10_000, 10           # --edit-pages sets EDIT_PAGES
 DENSE_N, DENSE_DIM, DENSE_QUERIES = 50_000, 384, 200
 ROWS = ("start", "memory", "wikis", "raw", "edit", "dense")
