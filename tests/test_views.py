@@ -3,6 +3,7 @@ builds they were made from, and discarded (never served) when damaged."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -108,6 +109,23 @@ def test_a_damaged_view_is_discarded_and_merged_again(team: Workspace, damage: s
     (saved,) = _saved(team)  # and saved again, whole
     assert views.load(team.home / views.VIEWS_DIR, [(i.wiki, i.build_id) for i in loaded]) is not None
     assert saved == folder
+
+
+@pytest.mark.parametrize("bad", [-1, "docs"])
+def test_a_view_made_to_point_outside_its_passages_is_refused(team: Workspace, bad) -> None:
+    """Checksums that match a crafted file do not make it served: a posting's passage id below 0 or past
+    the last passage is refused when the view is read (one pass over the ids as unsigned)."""
+    expected = _answers(team, "three", IndexCache())
+    (folder,) = _saved(team)
+    meta = json.loads((folder / "view.json").read_text())
+    indices = np.load(folder / "indices.npy")
+    indices[len(indices) // 2] = -1 if bad == -1 else sum(w[2] for w in meta["wikis"])
+    np.save(folder / "indices.npy", indices)
+    meta["checksums"]["indices.npy"] = hashlib.sha256((folder / "indices.npy").read_bytes()).hexdigest()
+    (folder / "view.json").write_text(json.dumps(meta))
+    wikis = [tuple(w[:2]) for w in meta["wikis"]]
+    assert views.load(team.home / views.VIEWS_DIR, wikis) is None and not folder.exists()  # refused, removed
+    assert _answers(team, "three", IndexCache()) == expected  # merged again instead
 
 
 def test_at_most_max_views_are_kept(team: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
