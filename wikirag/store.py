@@ -223,8 +223,9 @@ def build_folder(wiki: Wiki, build_id: str) -> Path:
         raise _damaged(wiki, f"invalid pointer .index/CURRENT: {shown}")
     builds = wiki.index_dir / "builds"
     folder = builds / build_id
-    inside = os.path.realpath(folder) == os.path.join(os.path.realpath(wiki.index_dir), "builds", build_id)
-    if not inside or builds.is_symlink() or folder.is_symlink():
+    # the id has no separator nor dots: with neither builds/ nor builds/<id> a symlink, the folder resolves
+    # to .index/builds/<id> (two lstats; comparing realpaths, as before, cost 0.2 ms a wiki for the same answer)
+    if builds.is_symlink() or folder.is_symlink():
         raise _damaged(wiki, f"invalid pointer .index/CURRENT: build {build_id} is a link out of .index/builds")
     return folder
 
