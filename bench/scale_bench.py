@@ -33,6 +33,7 @@ Rows of the table (``--only`` takes their names or numbers, comma-separated):
    a child that imports bm25s + Stemmer, ``BM25.load``s the raw index, tokenises the query and takes
    ``get_scores`` + argpartition top-10. Time = from ``Popen`` to the child's answer line on its stdout
    (the parent's clock; interpreter start-up included, exit excluded; time to exit is in ``--json``).
+   The package's bytecode is compiled first (``compileall``), as an install has it.
    5 repetitions of each, interleaved; medians. The 50 wikis' merged view is saved by the first process
    that merges them (``.index/views``, :mod:`wikirag.views`) and read by later ones: before the
    repetitions it is removed and one child runs without it (a note: the first start after a rebuild).
@@ -70,6 +71,7 @@ Run from the repo root (the first run converts and builds for several minutes; l
 from __future__ import annotations
 
 import argparse
+import compileall
 import gc
 import hashlib
 import json
@@ -367,6 +369,10 @@ def run_child(code: str, args: list[str]) -> dict[str, float]:
 
 def measure_start(homes: dict[str, Path], raw: dict[str, Any], question: str, repeats: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"raw": [], "one": [], "many": []}
+    # the package's bytecode, as an install has it (pip compiles a wheel's modules, as it did bm25s's): a
+    # checkout run with PYTHONDONTWRITEBYTECODE (set on this machine) compiles every edited module in
+    # every new process otherwise, 40 ms of each start that no installed wikirag spends
+    compileall.compile_dir(REPO / "wikirag", quiet=1)
     # the first process after a rebuild merges the many wikis' layers and saves the view; later ones read it
     shutil.rmtree(homes["many"] / ".index" / "views", ignore_errors=True)
     first = run_child(WIKIRAG_CHILD, [str(homes["many"]), COMP, question])

@@ -148,7 +148,7 @@ def test_a_planted_symlink_is_never_followed(team: Workspace, tmp_path: Path) ->
 
 
 def test_many_wikis_load_side_by_side_with_their_view(home: Path) -> None:
-    # five wikis or more are loaded in parallel (IndexCache.prefetch), their saved view read meanwhile
+    # four wikis or more are loaded lazily (IndexCache.prefetch), their saved view read after them
     names = [f"w{i}" for i in range(6)]
     for i, name in enumerate(names):
         make_wiki(home, name, {f"p{j}.md": f"# Page {j}\n\nCompost heap {i} needs turning {j} times, and water.\n"

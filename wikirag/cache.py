@@ -33,7 +33,6 @@ from .store import LoadedIndex
 from .wiki import Wiki
 
 T = TypeVar("T")
-LOAD_THREADS = min(4, os.cpu_count() or 1)  # indexes loaded at once by IndexCache.prefetch
 
 
 class Composed:
@@ -141,33 +140,32 @@ class IndexCache:
         return loaded, warnings
 
     def prefetch(self, wikis: Sequence[Wiki], home: Path | None = None) -> None:
-        """Load the wikis that are not loaded yet side by side (:data:`LOAD_THREADS` at once), and with
-        them their saved merged view from workspace ``home`` (looked up by the builds ``CURRENT`` names now;
-        :meth:`merged` uses it if those are the builds loaded): reading and checking files (``read``,
-        sha256) runs outside the GIL, so a new process serving 50 wikis loads them in about half the
-        time. They are loaded ``lazy`` (:func:`wikirag.store.load`): their passages are read when a query
-        first returns one (1 ms a wiki, not spent on the many a query returns none of). Errors are left
-        for :meth:`get` to raise."""
+        """Load the wikis that are not loaded yet, four or more: ``lazy`` (:func:`wikirag.store.load`), so
+        their passages are read when a query first returns one (about 1 ms a wiki, not spent on the many
+        a query returns none of); then their saved merged view from workspace ``home`` (looked up by the
+        builds loaded; :meth:`merged` takes it). One after the other: what is left of a load is Python
+        and small reads, which two threads only contend for (100 wikis: 0.25 s median to a new process's
+        first answer after its imports in one thread, 0.32 s in two). Errors are left for :meth:`get` to
+        raise."""
         missing = [w for w in wikis if w.current_pointer not in self._entries]
         if len(missing) < 4:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
-        pairs = tuple((w.name, store.current_build_id(w) or "") for w in wikis)
+        for wiki in missing:
+            with contextlib.suppress(Exception):
+                self._get(wiki, False, True)
         views_dir = views.folder_of(home) if home is not None else None
-        with ThreadPoolExecutor(LOAD_THREADS) as pool:
-            view = pool.submit(views.load, views_dir, pairs) if views_dir is not None and len(wikis) > 1 else None
-            for future in [pool.submit(self._get, w, False, True) for w in missing]:
-                with contextlib.suppress(Exception):
-                    future.result()
-            if view is not None:
-                with contextlib.suppress(Exception):
-                    got = view.result()
-                    if got is not None:
-                        with self._lock:
-                            if len(self._early_views) >= 2:  # read but never asked for (a build swapped in)
-                                self._early_views.clear()
-                            self._early_views[pairs] = got
+        if views_dir is None:
+            return
+        entries = [self._entries.get(w.current_pointer) for w in wikis]
+        pairs = tuple((w.name, e[3].build_id if e is not None else store.current_build_id(w) or "")
+                      for w, e in zip(wikis, entries))
+        with contextlib.suppress(Exception):
+            got = views.load(views_dir, pairs)
+            if got is not None:
+                with self._lock:
+                    if len(self._early_views) >= 2:  # read but never asked for (a build swapped in)
+                        self._early_views.clear()
+                    self._early_views[pairs] = got
 
     def damaged(self, exc: store.PassagesDamaged, wiki: Wiki) -> None:
         """A lazily loaded build of ``wiki`` whose passages turned out damaged when a query first used
