@@ -152,12 +152,13 @@ def patch(layer: BM25Layer, delta: Delta) -> BM25Layer:
     """The base's BM25 layer with the delta applied, in memory (doc ids as :class:`Overlay` numbers
     the passages): the replaced passages' postings dropped, the delta's added, and every posting scored
     with the statistics of the passages now (the arithmetic of :meth:`BM25Layer.build_from_ids`, with
-    numpy's log). Placed by counting, not sorting: O(postings)."""
+    numpy's log). O(postings), in few passes: the base's postings that stay are compressed out in their
+    (term, doc) order, the delta's inserted at the ends of their columns (one ``np.insert``), and the
+    scores computed in place (4.4M postings, warm: 0.07-0.09 s, was 0.10-0.11 s)."""
     n_base = layer.num_docs
     keep = np.ones(n_base, dtype=bool)
     keep[delta.removed] = False
     n_kept = int(keep.sum())
-    new_id = (np.cumsum(keep) - 1).astype(np.int32)
     vocab = dict(layer.vocab)
     n_base_terms = len(layer.indptr) - 1
     word_col = np.fromiter((vocab.setdefault(w, len(vocab)) for w in delta.words), dtype=np.int64,
@@ -169,36 +170,32 @@ def patch(layer: BM25Layer, delta: Delta) -> BM25Layer:
     keys, d_tf = np.unique(word_col[np.asarray(delta.ids, dtype=np.int64)] * max(n_delta, 1) + docs,
                            return_counts=True)
     d_term, d_doc = np.divmod(keys, max(n_delta, 1))
-    # the base's postings that stay, in their (term, doc) order
-    alive = keep[layer.indices]
-    b_term = np.repeat(np.arange(n_base_terms, dtype=np.int32), np.diff(layer.indptr))[alive]
-    kept_counts = np.bincount(b_term, minlength=n_cols)
-    d_counts = np.bincount(d_term, minlength=n_cols)
-    df = kept_counts + d_counts
+    # the base's postings that stay, in their (term, doc) order, and where each column of them ends
+    base_ids, base_ptr = np.asarray(layer.indices), np.asarray(layer.indptr, dtype=np.int64)
+    if len(delta.removed):
+        alive = keep[base_ids]
+        kept_ids = ((np.cumsum(keep) - 1).astype(np.int32))[base_ids[alive]]
+        kept_tf = np.asarray(layer.tf)[alive]
+        kept_ptr = np.concatenate([[0], np.cumsum(alive, dtype=np.int64)])[base_ptr]
+    else:
+        kept_ids, kept_tf, kept_ptr = base_ids.astype(np.int32), np.asarray(layer.tf), base_ptr
+    ends = np.concatenate([kept_ptr[1:], np.full(n_cols - n_base_terms, kept_ptr[-1], dtype=np.int64)])
+    at = ends[d_term]  # a delta posting goes after its column's base postings (in (term, doc) order)
+    indices = np.insert(kept_ids, at, (d_doc + n_kept).astype(np.int32))
+    tf = np.insert(kept_tf.astype(np.float32, copy=False), at, d_tf.astype(np.float32))
+    df = np.diff(np.concatenate([[0], ends])) + np.bincount(d_term, minlength=n_cols)
     indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
-    size = int(indptr[-1])
-    indices = np.empty(size, dtype=np.int32)
-    tf = np.empty(size, dtype=np.float32)
-    # a base posting's place: its column's start, plus its place among the column's kept postings
-    dest = np.arange(len(b_term), dtype=np.int64)
-    dest += (indptr[:-1] - (np.cumsum(kept_counts) - kept_counts))[b_term]
-    indices[dest] = new_id[layer.indices[alive]]
-    tf[dest] = layer.tf[alive]
-    # a delta posting's place: after its column's base postings
-    dest = np.arange(len(d_term), dtype=np.int64)
-    dest += (indptr[:-1] + kept_counts - (np.cumsum(d_counts) - d_counts))[d_term]
-    indices[dest] = d_doc + n_kept
-    tf[dest] = d_tf
     doc_len = np.concatenate([np.asarray(layer.doc_len)[keep], np.asarray(delta.lengths, dtype=np.float32)])
     n_docs = n_kept + n_delta
     k1, b = BM25_PARAMS["k1"], BM25_PARAMS["b"]
     avg_len = float(doc_len.astype(np.float64).mean()) if n_docs else 1.0
     idf_terms = idf(df.astype(np.float64), n_docs).astype(np.float32)
-    terms = np.repeat(np.arange(n_cols, dtype=np.int32), df)
-    tf64 = tf.astype(np.float64)
+    tfc = tf.astype(np.float64)
     norm = (k1 * ((1 - b) + b * doc_len.astype(np.float64) / avg_len))[indices]
-    data = (idf_terms[terms].astype(np.float64) * tf64 / (norm + tf64)).astype(np.float32)
-    return BM25Layer(vocab, data, indices, indptr, tf, doc_len)
+    norm += tfc
+    np.divide(tfc, norm, out=tfc)  # the term-frequency part, in double (as bm25s)
+    tfc *= np.repeat(idf_terms.astype(np.float64), df)
+    return BM25Layer(vocab, tfc.astype(np.float32), indices, indptr, tf, doc_len)
 
 
 def tokens(words: list[str], ids: np.ndarray, lengths: np.ndarray, delta: Delta
