@@ -363,6 +363,33 @@ def test_the_linked_page_gives_the_section_that_answers_not_the_one_it_starts_wi
     assert [(x.layer, x.rank) for x in limits.contributions if x.layer == "graph"] == [("graph", 1)]
 
 
+def test_of_a_linked_page_the_passage_with_what_the_question_asks_for_comes_first(tmp_path: Path) -> None:
+    """A question that asks for a size ("the biggest …") and shares no word with the section that answers:
+    of the linked page's passages, the one that holds a size takes the page's best place, in the graph
+    layer's list and in the results; a question that asks for no kind of value leaves the order alone."""
+    files = {"projects/egret.md": "# Project Egret\n\nEgret scores every order the moment it arrives from the "
+                                  "[[basalt|real-time feed]] of order events.\n",
+             "services/basalt.md": "# Basalt Queue\n\nBasalt carries order events between services.\n\n## Region\n\n"
+                                   "Hosted in eu-central-1, with a standby cluster.\n\n## Retention\n\n"
+                                   "Kept for 7 days, so consumers can replay a week.\n\n## Limits\n\n"
+                                   "256 KB maximum message size; put larger payloads in object storage.\n"}
+    make_wiki(tmp_path, "catalogue", files, sensitivity="internal", extra="layers: {graph: {}}\n")
+    (tmp_path / "rags").mkdir(exist_ok=True)
+    (tmp_path / "rags" / "cat.yaml").write_text("sensitivity: internal\nwikis: [catalogue]\n")
+    ws = Workspace(tmp_path, recheck_seconds=0)
+    build(ws.wiki("catalogue"))
+
+    def basalt(question: str) -> list:
+        found = search(ws, "cat", question, clearance="internal", k=3, layers=("bm25", "graph"), audit_event=None)
+        return [(p.heading.split(" > ")[-1], [x.rank for x in p.contributions if x.layer == "graph"])
+                for p in found.passages if p.path == "services/basalt.md"]
+
+    got = basalt("What is the biggest single event Egret can take from that feed?")
+    assert got[:1] == [("Limits", [1])], got
+    plain = basalt("What does Egret take from that feed?")  # asks for no size: Limits is no better than the rest
+    assert plain and plain[0][0] != "Limits", plain
+
+
 def test_the_offline_answer_reads_a_linked_sentence_after_the_link_that_leads_to_it(
         built_examples: Path, tmp_path: Path) -> None:
     """Two questions of bench/multihop_hard.jsonl over the bundled catalogue. Each describes Falcon's page

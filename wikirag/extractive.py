@@ -87,7 +87,8 @@ def _ci(pattern: str) -> re.Pattern:
 ANSWER_TYPES = [  # what a question asks for → what a sentence answering it holds
     (_ci(r"\bhow often\b|\bhow frequently\b"),
      _ci(r"\bevery\b|\b(?:daily|weekly|nightly|monthly|quarterly|yearly|annually|hourly)\b|\bonce\b|\btwice\b"
-          r"|\btimes an?\b|\bper (?:day|week|month|year|hour)\b|\beach (?:day|week|month|year|quarter)\b")),
+          r"|\btimes an?\b|\bper (?:day|week|month|year|hour)\b|\beach (?:day|week|month|year|quarter)\b"
+          r"|\bintervals?\b")),
     (_ci(r"\bhow long\b|\bhow soon\b|\bwithin how\b|\bhow far (?:in advance|ahead|behind)\b"
          r"|\bhow much (?:earlier|later|longer|time)\b"),
      _ci(rf"\b\d+(?:[.,–-]\d+)?\s*(?:working |business )?{_UNIT}\b|\b\d+:\d\d\b|\b(?:{_NUMBER_WORDS}|one|a|an)[ -]"
@@ -109,6 +110,16 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
     (_ci(r"\bwhich version\b|\bwhat version\b|\bversion\b"), _ci(r"\b\d+\.\d+\b")),
     (_ci(r"\bwhich port\b|\bwhat port\b|\bport\b"), _ci(r"\bport\s*:?\s*\d{2,5}\b|:\d{2,5}\b")),
 ]
+def asked_for(question: str, telling: bool = False) -> list[re.Pattern]:
+    """What a sentence answering ``question`` holds, by :data:`ANSWER_TYPES` (none: the question asks for
+    no kind of value they know). ``telling``: only the kinds that tell a page's sections apart, for the
+    graph layer's choice among a linked page's passages — not a time of day or a weekday, which an
+    operations page has in most of its sections (stand-ups, hand-overs, backups, office hours)."""
+    return [holds for i, (asks, holds) in enumerate(ANSWER_TYPES)
+            if asks.search(question) and not (telling and i == _WHEN)]
+
+
+_WHEN = 3  # ANSWER_TYPES' "what time / when / which day" entry
 SUPPORT = 0.7        # a supporting sentence scores at least this share of the best
 _MARKUP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`])")
@@ -300,9 +311,8 @@ def rank(question: str, passages: list[Passage], similarity: Similarity | None =
     if _QUANTITY_QUESTION.search(question):  # "how long/many/often …", "when", "what time": a number answers
         number = _NUMBER if _HOW_MANY.search(question) else _DIGIT
         coverage = [c + W_NUMBER * bool(number.search(s.text)) for c, (s, _) in zip(coverage, pool)]
-    for asks, holds in ANSWER_TYPES:
-        if asks.search(question):
-            coverage = [c + W_TYPE * bool(holds.search(s.text)) for c, (s, _) in zip(coverage, pool)]
+    for holds in asked_for(question):
+        coverage = [c + W_TYPE * bool(holds.search(s.text)) for c, (s, _) in zip(coverage, pool)]
     prior = [coverage[i] + W_RANK / pool[i][0].n for i in range(len(pool))]
     chosen = sorted(range(len(pool)), key=lambda i: (-prior[i], i))[:CANDIDATES]
     texts = [" ".join(filter(None, [bridges[pool[i][0].n - 1], _context(*pool[i])])) for i in chosen]

@@ -42,6 +42,7 @@ GRAPH_WINDOW = 100
 # −0.048: cosine alone orders worse than the hybrid there); top 10 with 0.15 gains 0.0017 there and keeps
 # the question set's gain (hit@1 87% → 92.5%). bench/rerank_eval.py, bench/answer_eval.py --no-rerank.
 RERANK_DEPTH = 10
+TYPED_DEPTH = 30  # with the graph layer, the fused hits looked at for passages that hold what is asked for
 RERANK_RANK = 0.15
 LAYERS = ("bm25", "dense", "graph")
 # a passage's via is led back at most this many times to a page whose title holds a question term the path
@@ -401,25 +402,30 @@ def _retrieve(workspace: Workspace, comp: Composition, question: str, k: int, me
     else:
         vectors = {}
     candidates = _candidates(view, rows, weights, term_counts, prior, top)
-    graph = None
+    graph = typed = None
     if use_graph:
         graph = view.graph(tuple(spec is not None for spec in specs), tuple(bool(spec and spec.tags) for spec in specs))
         seed_count = max(spec.seeds for spec in specs if spec)
         first = method.fuse(candidates, max(k, seed_count))
         seeds = _seeds(view, first, specs, seed_count)
         if seeds:
+            typed = _asked_for(view, question)
             match = _question_match(candidates, view)
-            rows.append(_graph_rows(graph, seeds, specs, match))
+            rows.append(_graph_rows(graph, seeds, specs, match, typed))
             candidates = _candidates(view, rows, weights, term_counts, prior, top)
     else:
         seeds, match = [], None
     passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
     reached_from = None
+    deep = max(k, TYPED_DEPTH) if typed is not None else k
     if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
-        fused = method.fuse(candidates, max(k, RERANK_DEPTH))
-        fused = (_rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:])[:k]
+        fused = method.fuse(candidates, max(deep, RERANK_DEPTH))
+        fused = _rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:]
     else:
-        fused = method.fuse(candidates, k)
+        fused = method.fuse(candidates, deep)
+    if typed is not None:
+        fused = _typed_first(fused, view, typed)
+    fused = fused[:k]
     for rank, hit in enumerate(fused, start=1):
         c = view.chunks[hit.wiki][hit.id]
         via = ()
@@ -723,8 +729,40 @@ def _order_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _typed_first(fused: list[Fused], view: Composed, typed) -> list[Fused]:
+    """Of each page in ``fused``, its passages that hold what the question asks for take the page's best
+    places (and their scores), each group in its order; other pages keep theirs."""
+    pages = [(hit.wiki, view.chunks[hit.wiki][hit.id].path) for hit in fused]
+    flags = [typed(int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id) for hit in fused]
+    places: dict[tuple, list[int]] = {}
+    for i, page in enumerate(pages):
+        places.setdefault(page, []).append(i)
+    out = list(fused)
+    for at in places.values():
+        if len(at) > 1 and any(flags[i] for i in at) and not all(flags[i] for i in at):
+            for place, i in zip(at, sorted(at, key=lambda i: not flags[i])):
+                out[place] = dataclasses.replace(fused[i], score=fused[place].score)
+    return out
+
+
+def _asked_for(view: Composed, question: str):
+    """Whether a passage node holds the kind of value ``question`` asks for ("how often" → "every …",
+    "the biggest …" → a size: :func:`wikirag.extractive.asked_for`), or None when it asks for none."""
+    from .extractive import asked_for  # (the graph layer's only use of it: not imported by a plain search)
+
+    holds = asked_for(question, telling=True)
+    if not holds:
+        return None
+
+    def typed(node: int) -> bool:
+        w = int(np.searchsorted(view.bm25.offsets, node, side="right") - 1)
+        text = view.chunks[view.names[w]][node - int(view.bm25.offsets[w])].text
+        return any(h.search(text) for h in holds)
+    return typed
+
+
 def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: list,
-                match: tuple[np.ndarray, np.ndarray]) -> tuple:
+                match: tuple[np.ndarray, np.ndarray], typed=None) -> tuple:
     """The graph layer's ranked list per wiki: the passages that links lead to from the seeds, chosen by the
     question. Every passage the walk reaches over links (:meth:`ComposedGraph.link_inflow`) is ranked twice
     among them — by that traffic (the prior: how strongly the top hits' links point at it) and by
@@ -741,6 +779,15 @@ def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: lis
     by_match = np.where(m > 0, 1.0 / (fusion_mod.RRF_K + _order_ranks(m)), 0.0)
     score = score.copy()
     score[reached] = 1.0 / (fusion_mod.RRF_K + _order_ranks(np.round(score[reached], 12))) + by_match
+    if typed is not None:  # of each linked page, its passages that hold what is asked for take its best scores
+        flags = np.fromiter((typed(int(n)) for n in reached), dtype=bool, count=len(reached))
+        if flags.any() and not flags.all():
+            page, values = graph.page_node[reached], score[reached]
+            best = np.lexsort((reached, -values, page))  # by page, best first
+            typed_first = np.lexsort((reached, -values, ~flags, page))
+            handed = np.empty_like(values)
+            handed[typed_first] = values[best]
+            score[reached] = handed
     wiki = np.searchsorted(graph.offsets, reached, side="right") - 1
     order = np.lexsort((reached, -score[reached], wiki))  # by wiki, best first
     reached, wiki = reached[order], wiki[order]
