@@ -283,3 +283,17 @@ def test_a_link_sentence_too_short_to_answer_still_bridges_a_chain() -> None:
     people = _linked("Edge team > People", "teams/edge.md", "One engineer works remotely from Leeds.", (hop,))
     ranked = rank("Where does one engineer of the gateway's owners work?", [people, gateway], similarity=None)
     assert ranked[0].sentence.text.startswith("One engineer") and ranked[0].chained
+
+
+def test_what_a_question_asks_for_and_which_kinds_tell_sections_apart() -> None:
+    """extractive.asked_for: the graph layer chooses among a linked page's passages by it, but not by a time
+    of day (most sections of an operations page have one)."""
+    from wikirag.extractive import asked_for
+
+    often = asked_for("How often does Garnet collect readings from each service?")
+    assert any(h.search("The scrape interval is 30 seconds; do not ask for less.") for h in often)
+    size = asked_for("What is the biggest single event the feed can deliver?", telling=True)
+    assert size and size[0].search("256 KB maximum message size") and not size[0].search("Kept for 7 days.")
+    when = "When does the backup of the Falcon database run?"
+    assert asked_for(when) and asked_for(when, telling=False) and asked_for(when, telling=True) == []
+    assert asked_for("What does the feed deliver?") == []

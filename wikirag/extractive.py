@@ -84,6 +84,9 @@ def _ci(pattern: str) -> re.Pattern:
     return re.compile(pattern, re.IGNORECASE)
 
 
+# a question that asks for a time of day or a weekday (see asked_for)
+_WHEN = _ci(r"\bwhat time\b|^\W*when\b|\bwhen (?:do|does|did|is|are|was|will|should|can|must)\b|\b(?:which|what) "
+            r"(?:hours?|(?:week)?days?)\b|\bweekdays?\b|\bday of the week\b")
 ANSWER_TYPES = [  # what a question asks for → what a sentence answering it holds
     (_ci(r"\bhow often\b|\bhow frequently\b"),
      _ci(r"\bevery\b|\b(?:daily|weekly|nightly|monthly|quarterly|yearly|annually|hourly)\b|\bonce\b|\btwice\b"
@@ -94,8 +97,7 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
      _ci(rf"\b\d+(?:[.,–-]\d+)?\s*(?:working |business )?{_UNIT}\b|\b\d+:\d\d\b|\b(?:{_NUMBER_WORDS}|one|a|an)[ -]"
          rf"(?:working |business )?{_UNIT}\b|\b(?:sprint|release|cycle)s?\b")),
     (_ci(r"\bhow (?:hot|cold|warm)\b|\btemperature\b"), _ci(r"°|\bdegrees?\b")),
-    (_ci(r"\bwhat time\b|^\W*when\b|\bwhen (?:do|does|did|is|are|was|will|should|can|must)\b|\b(?:which|what) "
-         r"(?:hours?|(?:week)?days?)\b|\bweekdays?\b|\bday of the week\b"),
+    (_WHEN,
      _ci(r"\b\d{1,2}:\d\d\b|\b\d{1,2}\s*(?:am|pm)\b|\bUTC\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b")),
     (_ci(r"\bhow (?:far|high|deep|wide|tall)\b|\bwhat distance\b"),
      _ci(r"\b\d+(?:[.,–-]\d+)?\s*(?:mm|cm|m|km|in|inch(?:es)?|ft|feet|metres?|meters?)\b")),
@@ -110,16 +112,16 @@ ANSWER_TYPES = [  # what a question asks for → what a sentence answering it ho
     (_ci(r"\bwhich version\b|\bwhat version\b|\bversion\b"), _ci(r"\b\d+\.\d+\b")),
     (_ci(r"\bwhich port\b|\bwhat port\b|\bport\b"), _ci(r"\bport\s*:?\s*\d{2,5}\b|:\d{2,5}\b")),
 ]
+
+
 def asked_for(question: str, telling: bool = False) -> list[re.Pattern]:
     """What a sentence answering ``question`` holds, by :data:`ANSWER_TYPES` (none: the question asks for
     no kind of value they know). ``telling``: only the kinds that tell a page's sections apart, for the
-    graph layer's choice among a linked page's passages — not a time of day or a weekday, which an
-    operations page has in most of its sections (stand-ups, hand-overs, backups, office hours)."""
-    return [holds for i, (asks, holds) in enumerate(ANSWER_TYPES)
-            if asks.search(question) and not (telling and i == _WHEN)]
+    graph layer's choice among a linked page's passages — not a time of day or a weekday (:data:`_WHEN`),
+    which an operations page has in most of its sections (stand-ups, hand-overs, backups, office hours)."""
+    return [holds for asks, holds in ANSWER_TYPES if asks.search(question) and not (telling and asks is _WHEN)]
 
 
-_WHEN = 3  # ANSWER_TYPES' "what time / when / which day" entry
 SUPPORT = 0.7        # a supporting sentence scores at least this share of the best
 _MARKUP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>\s?)+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[*`])")
