@@ -402,29 +402,30 @@ def _retrieve(workspace: Workspace, comp: Composition, question: str, k: int, me
     else:
         vectors = {}
     candidates = _candidates(view, rows, weights, term_counts, prior, top)
-    graph = typed = None
+    graph, holds = None, []
     if use_graph:
         graph = view.graph(tuple(spec is not None for spec in specs), tuple(bool(spec and spec.tags) for spec in specs))
         seed_count = max(spec.seeds for spec in specs if spec)
         first = method.fuse(candidates, max(k, seed_count))
         seeds = _seeds(view, first, specs, seed_count)
         if seeds:
-            typed = _asked_for(view, question)
+            holds = _asked_for(question)
             match = _question_match(candidates, view)
+            typed = (lambda node: _holding(holds, _chunk_at(view, node).text)) if holds else None
             rows.append(_graph_rows(graph, seeds, specs, match, typed))
             candidates = _candidates(view, rows, weights, term_counts, prior, top)
     else:
         seeds, match = [], None
     passages, links = [], {}  # links: node of a passage that holds a followed link → that passage's Fused
     reached_from = None
-    deep = max(k, TYPED_DEPTH) if typed is not None else k
+    deep = max(k, TYPED_DEPTH) if holds else k
     if vectors and comp.spec.rerank and RERANK_DEPTH:  # the top RERANK_DEPTH re-ordered, whatever k
         fused = method.fuse(candidates, max(deep, RERANK_DEPTH))
         fused = _rerank(fused[:RERANK_DEPTH], view, vectors) + fused[RERANK_DEPTH:]
     else:
         fused = method.fuse(candidates, deep)
-    if typed is not None:
-        fused = _typed_first(fused, view, typed)
+    if holds:
+        fused = _typed_first(fused, view, holds)
     fused = fused[:k]
     for rank, hit in enumerate(fused, start=1):
         c = view.chunks[hit.wiki][hit.id]
@@ -435,7 +436,7 @@ def _retrieve(workspace: Workspace, comp: Composition, question: str, k: int, me
             route = reached_from.route(node)
             via = tuple(hop for hop, _ in route)
             for _, source in route:
-                w = int(np.searchsorted(view.bm25.offsets, source, side="right") - 1)
+                w = _wiki_of(view.bm25.offsets, source)
                 links.setdefault(source, Fused(view.names[w], source - int(view.bm25.offsets[w]), 0.0, ()))
         passages.append(Passage(rank, hit.wiki, c.path, c.start, c.end, c.line, c.heading, hit.score,
                                 c.text, hit.contributions, via))
@@ -653,7 +654,7 @@ class _ReachedFrom:
         """The question's terms that the page of passage ``node`` holds anywhere."""
         page = int(self.graph.page_node[node])
         if page not in self.pages:
-            w = int(np.searchsorted(self.bm25.offsets, node, side="right") - 1)
+            w = _wiki_of(self.bm25.offsets, node)
             g = self.graph.graphs[w]
             ids = np.asarray(g.chunks_of[int(g.page_of_chunk[node - int(self.bm25.offsets[w])])], dtype=np.int64)
             self.pages[page] = self._holds(ids + int(self.bm25.offsets[w])).any(axis=0)
@@ -664,8 +665,7 @@ class _ReachedFrom:
         heading) holds."""
         page = int(self.graph.page_node[node])
         if page not in self.titles:
-            w = int(np.searchsorted(self.bm25.offsets, node, side="right") - 1)
-            heading = self.view.chunks[self.view.names[w]][node - int(self.bm25.offsets[w])].heading
+            heading = _chunk_at(self.view, node).heading
             held = set(self.bm25.columns(tokenize([heading.split(" > ")[0]])[0]))
             self.titles[page] = np.array([c in held for c in self.cols], dtype=bool)
         return self.titles[page]
@@ -729,14 +729,25 @@ def _order_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _typed_first(fused: list[Fused], view: Composed, typed) -> list[Fused]:
-    """Of each page in ``fused``, its passages that hold what the question asks for take the page's best
-    places (and their scores), each group in its order; other pages keep theirs."""
-    pages = [(hit.wiki, view.chunks[hit.wiki][hit.id].path) for hit in fused]
-    flags = [typed(int(view.bm25.offsets[view.names.index(hit.wiki)]) + hit.id) for hit in fused]
+def _wiki_of(offsets: np.ndarray, node: int) -> int:
+    """The wiki (its place in the merged view) of passage ``node``."""
+    return int(np.searchsorted(offsets, node, side="right") - 1)
+
+
+def _chunk_at(view: Composed, node: int):
+    """The passage of node ``node`` of the merged view."""
+    w = _wiki_of(view.bm25.offsets, node)
+    return view.chunks[view.names[w]][node - int(view.bm25.offsets[w])]
+
+
+def _typed_first(fused: list[Fused], view: Composed, holds: list) -> list[Fused]:
+    """Of each page in ``fused``, its passages that hold what the question asks for (``holds``) take the
+    page's best places (and their scores), each group in its order; other pages keep theirs."""
+    chunks = [view.chunks[hit.wiki][hit.id] for hit in fused]
+    flags = [_holding(holds, c.text) for c in chunks]
     places: dict[tuple, list[int]] = {}
-    for i, page in enumerate(pages):
-        places.setdefault(page, []).append(i)
+    for i, (hit, c) in enumerate(zip(fused, chunks)):
+        places.setdefault((hit.wiki, c.path), []).append(i)
     out = list(fused)
     for at in places.values():
         if len(at) > 1 and any(flags[i] for i in at) and not all(flags[i] for i in at):
@@ -745,20 +756,16 @@ def _typed_first(fused: list[Fused], view: Composed, typed) -> list[Fused]:
     return out
 
 
-def _asked_for(view: Composed, question: str):
-    """Whether a passage node holds the kind of value ``question`` asks for ("how often" → "every …",
-    "the biggest …" → a size: :func:`wikirag.extractive.asked_for`), or None when it asks for none."""
+def _asked_for(question: str) -> list:
+    """What a passage answering ``question`` holds, of the kinds that tell a page's sections apart ("how
+    often" → "every …", "the biggest …" → a size: :func:`wikirag.extractive.asked_for`); [] for none."""
     from .extractive import asked_for  # (the graph layer's only use of it: not imported by a plain search)
 
-    holds = asked_for(question, telling=True)
-    if not holds:
-        return None
+    return asked_for(question, telling=True)
 
-    def typed(node: int) -> bool:
-        w = int(np.searchsorted(view.bm25.offsets, node, side="right") - 1)
-        text = view.chunks[view.names[w]][node - int(view.bm25.offsets[w])].text
-        return any(h.search(text) for h in holds)
-    return typed
+
+def _holding(holds: list, text: str) -> bool:
+    return any(h.search(text) for h in holds)
 
 
 def _graph_rows(graph: ComposedGraph, seeds: list[tuple[int, float]], specs: list,
